@@ -1,0 +1,22 @@
+"""poolgrad: fast, exact and safe CPU backward passes of 2-D pooling.
+
+Public API (all functions validate their inputs and raise :class:`PoolGradError` subclasses with CANN codes):
+
+* :func:`max_pool2d_with_indices` / :func:`max_pool2d_with_indices_backward`
+* determinism and threads: :func:`set_deterministic`, :func:`is_deterministic`, :func:`deterministic`,
+  :func:`show_config`
+"""
+from .config import deterministic, get_config, is_deterministic, set_deterministic, show_config
+from .dtypes import bfloat16
+from .errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ParamInvalidError, ParamNullptrError,
+                     PoolGradError)
+from .max_pool import max_pool2d_with_indices, max_pool2d_with_indices_backward
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+    "set_deterministic", "is_deterministic", "deterministic", "show_config", "get_config",
+    "PoolGradError", "ParamNullptrError", "ParamInvalidError", "ACLNN_ERR_PARAM_NULLPTR",
+    "ACLNN_ERR_PARAM_INVALID", "bfloat16",
+]

@@ -1,0 +1,72 @@
+"""Planning and driving the index-scatter backward shared by max_pool2d_with_indices_backward and
+adaptive_max_pool2d_backward (kernels in ``_max_pool.pyx``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _max_pool
+from .errors import ParamInvalidError
+
+# Elements of grad_x one deterministic work item aims to own: 64 Ki elements (256 KiB of float32) keeps a band
+# in L2 between its zeroing and its scatter, and is the float32 scratch one thread needs for the 16-bit types.
+BAND_TARGET = 1 << 16
+# Aim for at least this many work items per thread so that uneven items still balance.
+ITEMS_PER_THREAD = 4
+
+
+def _parts(length: int, count: int) -> np.ndarray:
+    count = max(1, min(count, length))
+    return (np.arange(count + 1, dtype=np.int64) * length) // count
+
+
+def channel_inner(arr4: np.ndarray) -> bool:
+    """True when C is the fastest-varying logical axis in memory (channels-last storage)."""
+    s = [abs(v) for v in arr4.strides]
+    return arr4.shape[1] > 1 and s[1] < s[3]
+
+
+def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray,
+                 row_lo: np.ndarray, row_hi: np.ndarray, deterministic: bool, nthreads: int,
+                 index_name: str = "indices") -> None:
+    """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` over logical-NCHW views (``gx4`` dense in H/W).
+
+    Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``.
+    """
+    N, C, H, W = gx4.shape
+    Ho = go4.shape[2]
+    channel = channel_inner(gx4)
+    units = N if channel else N * C                 # independent planes (or images, channels-last)
+    row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
+    narrow = dt in ("f16", "bf16")
+    use_atomic = (not deterministic) and not narrow and units < nthreads
+    if use_atomic:
+        part = _parts(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+        band_oa = band_ob = None
+        scratch = np.empty((1, 1), np.float32)
+    else:
+        nb = -(-H * row_elems // BAND_TARGET)
+        if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
+            nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
+        part = _parts(H, nb)
+        band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
+        band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
+        rows = int(np.max(np.diff(part)))
+        scratch = np.empty((nthreads, rows * row_elems) if narrow else (1, 1), np.float32)
+    flags = np.zeros(units * (len(part) - 1), np.int8)
+    _max_pool.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob, channel,
+                               not use_atomic, scratch, flags, nthreads)
+    if flags.any():
+        # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
+        # plane exactly and deterministically, range-checking as we go.
+        scratch = np.empty((nthreads, H * W) if narrow else (1, 1), np.float32)
+        badpos = np.empty(N * C, np.int64)
+        _max_pool.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
+        bad = np.flatnonzero(badpos >= 0)
+        if bad.size:
+            plane = int(bad[0])
+            n, c = divmod(plane, C)
+            oh, ow = divmod(int(badpos[plane]), go4.shape[3])
+            value = int(ind4[n, c, oh, ow])
+            raise ParamInvalidError(
+                f"{index_name}: expected every index in [0, H*W) = [0, {H * W}), got {value} at position "
+                f"(n={n}, c={c}, oh={oh}, ow={ow})")

@@ -1,0 +1,122 @@
+"""Process-wide settings: the determinism switch, thread-count resolution and the build configuration."""
+from __future__ import annotations
+
+import contextlib
+import json
+import operator
+import os
+import sys
+import threading
+from typing import Iterator
+
+from . import _config
+from .errors import ParamInvalidError
+
+__all__ = ["set_deterministic", "is_deterministic", "deterministic", "resolve_deterministic",
+           "resolve_num_threads", "show_config", "get_config"]
+
+# The seeds document these operators as nondeterministic unless ACL_OPT_DETERMINISTIC is set, so the
+# process-wide default is False.  A plain module global (not a context variable) on purpose: the setting is
+# process-wide, like torch.use_deterministic_algorithms and aclrtCtxSetSysParamOpt.
+_deterministic = False
+_lock = threading.Lock()
+
+
+def set_deterministic(flag: bool) -> None:
+    """Set the process-wide default for ``deterministic=None``.
+
+    Parameters
+    ----------
+    flag : bool
+        True selects the atomic-free deterministic kernels (bitwise identical for every run and thread count).
+    """
+    global _deterministic
+    _deterministic = _as_bool(flag, "flag")
+
+
+def is_deterministic() -> bool:
+    """Return the process-wide default used when a call passes ``deterministic=None``."""
+    return _deterministic
+
+
+@contextlib.contextmanager
+def deterministic(flag: bool = True) -> Iterator[None]:
+    """Context manager that sets the process-wide determinism default and restores the previous one on exit.
+
+    Parameters
+    ----------
+    flag : bool, default True
+        The setting inside the ``with`` block.
+    """
+    global _deterministic
+    value = _as_bool(flag, "flag")
+    with _lock:
+        previous = _deterministic
+        _deterministic = value
+    try:
+        yield
+    finally:
+        _deterministic = previous
+
+
+def _as_bool(value: object, name: str) -> bool:
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise ParamInvalidError(f"{name}: expected a bool, got {value!r}")
+
+
+def resolve_deterministic(value: object) -> bool:
+    """Per-call ``deterministic=`` argument: None means the process-wide setting."""
+    if value is None:
+        return _deterministic
+    return _as_bool(value, "deterministic")
+
+
+def resolve_num_threads(value: object) -> int:
+    """Per-call ``num_threads=`` argument.
+
+    None reads ``omp_get_max_threads()`` at call time (so ``OMP_NUM_THREADS`` and
+    ``threadpoolctl.threadpool_limits`` take effect), in the manner of scikit-learn's
+    ``_openmp_effective_n_threads``; an explicit positive int wins; anything else is an error.
+    """
+    if value is None:
+        return max(1, int(_config.omp_max_threads()))
+    if isinstance(value, bool):
+        raise ParamInvalidError(f"num_threads: expected None or a positive int, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise ParamInvalidError(f"num_threads: expected None or a positive int, got {value!r}") from None
+    if n < 1:
+        raise ParamInvalidError(f"num_threads: expected None or a positive int, got {n}")
+    if not _config.openmp_enabled():
+        return 1
+    return min(n, 4096)
+
+
+def get_config() -> dict:
+    """Return the build and runtime configuration as a dict (see :func:`show_config`)."""
+    path = os.path.join(os.path.dirname(__file__), "_build_config.json")
+    try:
+        with open(path) as fh:
+            build = json.load(fh)
+    except OSError:
+        build = {}
+    import numpy as np
+    return {
+        "openmp": bool(_config.openmp_enabled()),
+        "omp_max_threads": int(_config.omp_max_threads()),
+        "cpu_count": os.cpu_count(),
+        "native_build": bool(build.get("native", False)),
+        "asan_build": bool(build.get("asan", False)),
+        "compile_args": build.get("compile_args", []),
+        "deterministic_default": _deterministic,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+    }
+
+
+def show_config() -> None:
+    """Print how poolgrad was built (OpenMP or serial, flags) and the thread count it would use now."""
+    for key, value in get_config().items():
+        print(f"{key:>22}: {value}")

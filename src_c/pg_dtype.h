@@ -1,0 +1,108 @@
+/* Storage <-> accumulation conversions for poolgrad's four float types.
+ *
+ * float16 and bfloat16 travel through the kernels as raw uint16_t bits; they are widened to float32 for every
+ * comparison and sum and narrowed once, round-to-nearest-even, when a result is stored.  The conversions are
+ * branch-free integer/float arithmetic so that GCC can vectorise the loops that call them, and they are exact:
+ * the tests compare all 65,536 bit patterns with NumPy and ml_dtypes.
+ *
+ * Each storage type gets the same four names (pg_load_X, pg_store_X, pg_acc_X as the accumulator type) so that
+ * a Tempita template can write one kernel body and stamp it out per type.
+ */
+#ifndef PG_DTYPE_H
+#define PG_DTYPE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define PG_INLINE static inline __attribute__((always_inline))
+#else
+#define PG_INLINE static inline
+#endif
+
+PG_INLINE uint32_t pg_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+PG_INLINE float pg_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ---- IEEE binary16 ------------------------------------------------------------------------------------ */
+
+/* Exact widening.  Shifting exponent+mantissa into float32 position and multiplying by 2^112 rebiases normal
+ * numbers and normalises subnormals in one rounding-free step; Inf/NaN get the all-ones exponent back (the NaN
+ * payload is kept). */
+PG_INLINE float pg_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    float mag = pg_bits_f32(em << 13) * 5.192296858534828e+33f; /* 2^112 */
+    uint32_t bits = pg_f32_bits(mag);
+    if (em >= 0x7c00u) bits |= 0x7f800000u;
+    return pg_bits_f32(bits | sign);
+}
+
+/* Round-to-nearest-even narrowing.  NaN stays NaN (quiet bit set, top payload bits and sign kept, as the F16C
+ * instruction does); overflow goes to +-Inf; float32 values below the float16 subnormal range round correctly
+ * through the "add a magic constant" trick, which lets the FPU do the subnormal rounding. */
+PG_INLINE uint16_t pg_f32_to_f16(float f)
+{
+    uint32_t x = pg_f32_bits(f);
+    uint32_t sign = x & 0x80000000u;
+    uint32_t a = x ^ sign;
+    uint16_t o;
+    if (a >= 0x47800000u) {                     /* >= 65536 before rounding, Inf or NaN */
+        if (a > 0x7f800000u) o = (uint16_t)(0x7e00u | ((a >> 13) & 0x3ffu));
+        else o = 0x7c00u;
+    } else if (a < 0x38800000u) {               /* below the smallest normal float16 (2^-14) */
+        float t = pg_bits_f32(a) + 0.5f;        /* 0.5 = 2^-1: aligns the float16 subnormal ulp to bit 0 */
+        o = (uint16_t)(pg_f32_bits(t) - 0x3f000000u);
+    } else {
+        uint32_t odd = (a >> 13) & 1u;
+        a += 0xc8000fffu + odd;                 /* rebias exponent (-112 << 23) and round half to even */
+        o = (uint16_t)(a >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+
+/* ---- bfloat16 ---------------------------------------------------------------------------------------- */
+
+PG_INLINE float pg_bf16_to_f32(uint16_t b) { return pg_bits_f32((uint32_t)b << 16); }
+
+PG_INLINE uint16_t pg_f32_to_bf16(float f)
+{
+    uint32_t x = pg_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u); /* NaN: keep sign, quiet */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- HF32 (1 sign, 8 exponent, 11 mantissa bits), for cube_math_type emulation ------------------------ */
+
+PG_INLINE float pg_round_hf32(float f)
+{
+    uint32_t x = pg_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return f;                 /* NaN unchanged */
+    x += 0x7ffu + ((x >> 12) & 1u);
+    return pg_bits_f32(x & 0xfffff000u);
+}
+
+PG_INLINE float pg_round_f16(float f) { return pg_f16_to_f32(pg_f32_to_f16(f)); }
+
+/* ---- uniform per-type names used by the Tempita kernel templates -------------------------------------- */
+
+typedef float pg_acc_f32;
+typedef double pg_acc_f64;
+typedef float pg_acc_f16;
+typedef float pg_acc_bf16;
+
+PG_INLINE float pg_load_f32(float v) { return v; }
+PG_INLINE double pg_load_f64(double v) { return v; }
+PG_INLINE float pg_load_f16(uint16_t v) { return pg_f16_to_f32(v); }
+PG_INLINE float pg_load_bf16(uint16_t v) { return pg_bf16_to_f32(v); }
+
+PG_INLINE float pg_store_f32(float v) { return v; }
+PG_INLINE double pg_store_f64(double v) { return v; }
+PG_INLINE uint16_t pg_store_f16(float v) { return pg_f32_to_f16(v); }
+PG_INLINE uint16_t pg_store_bf16(float v) { return pg_f32_to_bf16(v); }
+
+PG_INLINE int pg_isnan_f(float v) { return v != v; }
+PG_INLINE int pg_isnan_d(double v) { return v != v; }
+
+#endif
