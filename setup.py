@@ -8,6 +8,7 @@ Environment switches (read at build time, reported by ``poolgrad.show_config()``
 ``POOLGRAD_NATIVE=1``   add ``-march=native`` (off by default: a wheel must run on any x86-64 / aarch64 CPU).
 ``POOLGRAD_ASAN=1``     build with AddressSanitizer (``-fsanitize=address -fno-omit-frame-pointer -O1``).
 ``POOLGRAD_NO_OPENMP=1`` build without OpenMP even when the compiler has it (kernels then run serially).
+``POOLGRAD_ONLY=_a,_b``  development: expand/compile only these modules (e.g. ``_avg_pool``), for quick rebuilds.
 """
 from __future__ import annotations
 
@@ -84,8 +85,15 @@ def _build_flags() -> tuple[list[str], list[str], dict]:
     return compile_args, link_args, config
 
 
+def _selected(path: str) -> bool:
+    only = [m.strip() for m in os.environ.get("POOLGRAD_ONLY", "").split(",") if m.strip()]
+    return not only or os.path.basename(path).split(".")[0] in only
+
+
 def _expand_templates() -> None:
     for template in sorted(glob.glob(os.path.join(HERE, "poolgrad", "_*.pyx.in"))):
+        if not _selected(template):
+            continue
         target = template[:-3]
         with open(template) as fh:
             text = Tempita.sub(fh.read(), DTYPES=DTYPES, ITYPES=ITYPES, COMBOS=COMBOS)
@@ -103,6 +111,8 @@ def _extensions() -> list[Extension]:
     _expand_templates()
     exts = []
     for pyx in sorted(glob.glob(os.path.join(HERE, "poolgrad", "_*.pyx"))):
+        if not _selected(pyx):
+            continue
         name = "poolgrad." + os.path.basename(pyx)[:-4]
         exts.append(Extension(
             name, [os.path.relpath(pyx, HERE)],
