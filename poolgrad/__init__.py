@@ -3,6 +3,7 @@
 Public API (all functions validate their inputs and raise :class:`PoolGradError` subclasses with CANN codes):
 
 * :func:`max_pool2d_with_indices` / :func:`max_pool2d_with_indices_backward`
+* :func:`adaptive_max_pool2d` / :func:`adaptive_max_pool2d_backward`
 * determinism and threads: :func:`set_deterministic`, :func:`is_deterministic`, :func:`deterministic`,
   :func:`show_config`
 """
@@ -10,12 +11,14 @@ from .config import deterministic, get_config, is_deterministic, set_determinist
 from .dtypes import bfloat16
 from .errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ParamInvalidError, ParamNullptrError,
                      PoolGradError)
+from .adaptive import adaptive_max_pool2d, adaptive_max_pool2d_backward
 from .max_pool import max_pool2d_with_indices, max_pool2d_with_indices_backward
 
 __version__ = "0.1.0"
 
 __all__ = [
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+    "adaptive_max_pool2d", "adaptive_max_pool2d_backward",
     "set_deterministic", "is_deterministic", "deterministic", "show_config", "get_config",
     "PoolGradError", "ParamNullptrError", "ParamInvalidError", "ACLNN_ERR_PARAM_NULLPTR",
     "ACLNN_ERR_PARAM_INVALID", "bfloat16",

@@ -234,13 +234,17 @@ def kernel_input(arr: np.ndarray) -> np.ndarray:
 
 
 def kernel_output(out4: np.ndarray, dense_hw: bool = True) -> np.ndarray:
-    """The array a kernel may write: ``out4`` itself, or a scratch array with the same axis order when ``out4``
-    is misaligned, has partial-element strides or (``dense_hw``) an H stride other than W times its W stride.
-    The caller copies a scratch result back into ``out4``."""
+    """The array a kernel may write: ``out4`` itself, or a contiguous scratch array (NCHW, or NHWC when ``out4``
+    stores channels innermost) when ``out4`` is misaligned, has partial-element strides or (``dense_hw``) an H
+    stride other than W times its W stride.  The caller copies a scratch result back into ``out4``."""
     if _kernel_friendly(out4) and (not dense_hw or out4.shape[2] <= 1 or
                                    out4.strides[2] == out4.shape[3] * out4.strides[3]):
         return out4
-    return alloc_like_order(out4, out4.shape, out4.dtype)
+    s = [abs(v) for v in out4.strides]
+    if out4.shape[1] > 1 and s[1] < s[3]:   # keep channels-last storage channels-last
+        return np.empty((out4.shape[0], out4.shape[2], out4.shape[3], out4.shape[1]),
+                        out4.dtype).transpose(0, 3, 1, 2)
+    return np.empty(out4.shape, out4.dtype)
 
 
 def prepare_out(out: Any, x: np.ndarray, inputs: Sequence[tuple[str, np.ndarray]], name: str = "out",

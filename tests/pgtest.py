@@ -1,0 +1,82 @@
+"""Shared helpers for the test-suite (imported as ``import pgtest``; pytest puts tests/ on sys.path)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import poolgrad
+from poolgrad.dtypes import bfloat16
+
+DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), bfloat16]
+DTYPE_IDS = ["f32", "f64", "f16", "bf16"]
+LAYOUTS = ["NCHW", "NHWC"]
+THREADS = [1, 2, 3, 4, 7]
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - CI installs torch; a bare checkout still runs the other tests
+    torch = None
+try:
+    import tensorflow as tf
+except ImportError:  # pragma: no cover
+    tf = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+needs_tf = pytest.mark.skipif(tf is None, reason="TensorFlow is not installed")
+
+
+def to_layout(a4: np.ndarray, layout: str, rank: int = 4) -> np.ndarray:
+    """A logical NCHW 4-D array as a C-contiguous array in ``layout`` (3-D drops N, which must be 1)."""
+    a = a4.transpose(0, 2, 3, 1) if layout == "NHWC" else a4
+    if rank == 3:
+        a = a[0]
+    return np.ascontiguousarray(a)
+
+
+def from_layout(a: np.ndarray, layout: str) -> np.ndarray:
+    """Inverse of :func:`to_layout`: back to a logical NCHW 4-D view."""
+    return poolgrad.params.to_nchw(a, layout)
+
+
+def strided_variants(a: np.ndarray, rng: np.random.Generator | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """Views with the values of ``a`` but other memory orders: contiguous, Fortran, sliced (non-contiguous),
+    negative strides on every axis, and a transposed buffer viewed back."""
+    yield "contiguous", np.ascontiguousarray(a)
+    yield "fortran", np.asfortranarray(a)
+    big = np.zeros(tuple(2 * s for s in a.shape), dtype=a.dtype)
+    sl = tuple(slice(None, None, 2) for _ in a.shape)
+    big[sl] = a
+    yield "sliced", big[sl]
+    flip = np.ascontiguousarray(a[tuple(slice(None, None, -1) for _ in a.shape)])
+    yield "negative", flip[tuple(slice(None, None, -1) for _ in a.shape)]
+    perm = tuple(reversed(range(a.ndim)))
+    yield "permuted", np.ascontiguousarray(a.transpose(perm)).transpose(np.argsort(perm))
+
+
+def tolerance(dtype: np.dtype) -> dict:
+    """assert_allclose tolerances for comparing with a float64 reference rounded to ``dtype``."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float64:
+        return {"rtol": 1e-12, "atol": 1e-12}
+    if dtype == np.float32:
+        return {"rtol": 1e-5, "atol": 1e-6}
+    if dtype == np.float16:
+        return {"rtol": 1e-3, "atol": 1e-4}
+    return {"rtol": 8e-3, "atol": 1e-3}  # bfloat16
+
+
+def as64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def assert_untouched(before: dict, arrays: dict) -> None:
+    """Every array in ``arrays`` still has the bytes recorded in ``before`` (name -> bytes)."""
+    for name, arr in arrays.items():
+        if isinstance(arr, np.ndarray):
+            assert arr.tobytes() == before[name], f"{name} was modified"
+
+
+def snapshot(arrays: dict) -> dict:
+    return {k: v.tobytes() for k, v in arrays.items() if isinstance(v, np.ndarray)}
