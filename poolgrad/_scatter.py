@@ -7,11 +7,13 @@ import numpy as np
 from . import _max_pool
 from .errors import ParamInvalidError
 
-# Elements of grad_x one deterministic work item aims to own: 64 Ki elements (256 KiB of float32) keeps a band
-# in L2 between its zeroing and its scatter, and is the float32 scratch one thread needs for the 16-bit types.
-BAND_TARGET = 1 << 16
+# Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
+# 16-bit types: 4 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
+# whose windows straddle its edges, and on channels-last 112x112x64 images 64 Ki-element bands cost twice the
+# time of whole-image bands (measured), while keeping a band in L2 bought nothing measurable.
+BAND_MAX = 1 << 20
 # Aim for at least this many work items per thread so that uneven items still balance.
-ITEMS_PER_THREAD = 4
+ITEMS_PER_THREAD = 8
 
 
 def _parts(length: int, count: int) -> np.ndarray:
@@ -44,7 +46,7 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         band_oa = band_ob = None
         scratch = np.empty((1, 1), np.float32)
     else:
-        nb = -(-H * row_elems // BAND_TARGET)
+        nb = -(-H * row_elems // BAND_MAX)
         if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
             nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
         part = _parts(H, nb)

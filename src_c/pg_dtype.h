@@ -43,22 +43,20 @@ PG_INLINE float pg_f16_to_f32(uint16_t h)
  * through the "add a magic constant" trick, which lets the FPU do the subnormal rounding. */
 PG_INLINE uint16_t pg_f32_to_f16(float f)
 {
+    /* All three candidate results are computed and one is selected, without branches, so that loops storing
+     * float16 vectorise. */
     uint32_t x = pg_f32_bits(f);
-    uint32_t sign = x & 0x80000000u;
-    uint32_t a = x ^ sign;
-    uint16_t o;
-    if (a >= 0x47800000u) {                     /* >= 65536 before rounding, Inf or NaN */
-        if (a > 0x7f800000u) o = (uint16_t)(0x7e00u | ((a >> 13) & 0x3ffu));
-        else o = 0x7c00u;
-    } else if (a < 0x38800000u) {               /* below the smallest normal float16 (2^-14) */
-        float t = pg_bits_f32(a) + 0.5f;        /* 0.5 = 2^-1: aligns the float16 subnormal ulp to bit 0 */
-        o = (uint16_t)(pg_f32_bits(t) - 0x3f000000u);
-    } else {
-        uint32_t odd = (a >> 13) & 1u;
-        a += 0xc8000fffu + odd;                 /* rebias exponent (-112 << 23) and round half to even */
-        o = (uint16_t)(a >> 13);
-    }
-    return (uint16_t)(o | (sign >> 16));
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    /* below 2^-14 (float16 subnormals and zero): adding 0.5 aligns the float16 subnormal ulp with bit 0 of the
+     * float32 mantissa, so the FPU rounds to nearest even for us */
+    uint32_t sub = pg_f32_bits(pg_bits_f32(a) + 0.5f) - 0x3f000000u;
+    /* normal range: rebias the exponent (-112 << 23) and round half to even at bit 13 */
+    uint32_t nrm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    /* >= 65520 rounds to Inf (handled by nrm overflow up to 2^16); Inf and NaN (quiet, payload top bits kept) */
+    uint32_t big = a > 0x7f800000u ? (0x7e00u | ((a >> 13) & 0x3ffu)) : 0x7c00u;
+    uint32_t o = a < 0x38800000u ? sub : (a < 0x47800000u ? nrm : big);
+    return (uint16_t)(o | sign);
 }
 
 /* ---- bfloat16 ---------------------------------------------------------------------------------------- */
@@ -68,9 +66,9 @@ PG_INLINE float pg_bf16_to_f32(uint16_t b) { return pg_bits_f32((uint32_t)b << 1
 PG_INLINE uint16_t pg_f32_to_bf16(float f)
 {
     uint32_t x = pg_f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u); /* NaN: keep sign, quiet */
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t quiet = (x >> 16) | 0x0040u;                       /* NaN: keep sign and payload top, set quiet */
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 /* ---- HF32 (1 sign, 8 exponent, 11 mantissa bits), for cube_math_type emulation ------------------------ */

@@ -1,0 +1,54 @@
+"""A quick self-check of every operator against the slow NumPy reference (used by ``python -m poolgrad``)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .dtypes import bfloat16
+
+__all__ = ["self_check"]
+
+
+def _close(got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> bool:
+    tol = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}.get(np.dtype(dtype), 1e-2)
+    return bool(np.allclose(got.astype(np.float64), want.astype(dtype).astype(np.float64), rtol=tol, atol=tol))
+
+
+def _check_max_pool(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
+    from . import max_pool
+    from .slow import max_pool as ref
+    x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
+    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    y, ind = max_pool.max_pool2d_with_indices(x, 3, 2, 1, layout=layout)
+    y_ref, i_ref = ref.max_pool2d_with_indices(x4, (3, 3), (2, 2), (1, 1))
+    ind4 = ind.transpose(0, 3, 1, 2) if layout == "NHWC" else ind
+    ok = np.array_equal(ind4, i_ref)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    want = ref.max_pool2d_with_indices_backward(go4, x4.shape, i_ref)
+    for det in (True, False):
+        g = max_pool.max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, layout=layout, deterministic=det)
+        g4 = g.transpose(0, 3, 1, 2) if layout == "NHWC" else g
+        ok &= _close(g4, want, dtype)
+    return ok
+
+
+CHECKS: list[tuple[str, Callable[[np.random.Generator, np.dtype, str], bool]]] = [
+    ("max_pool2d_with_indices(+backward)", _check_max_pool),
+]
+
+
+def self_check(progress: Callable[[str], None] | None = None) -> bool:
+    """Run every operator on small random inputs in every dtype and layout; True if all agree with the
+    reference."""
+    rng = np.random.default_rng(2026)
+    all_ok = True
+    for name, check in CHECKS:
+        for dtype in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), bfloat16):
+            for layout in ("NCHW", "NHWC"):
+                ok = check(rng, dtype, layout)
+                all_ok &= ok
+                if progress:
+                    progress(f"{'ok  ' if ok else 'FAIL'} {name} {dtype} {layout}")
+    return all_ok
