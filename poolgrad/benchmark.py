@@ -1,7 +1,8 @@
 """Timing machinery behind ``python -m poolgrad`` and ``bench/compare.py``.
 
 Every case times poolgrad and, where installed, PyTorch (and TensorFlow for ``max_pool_grad``) on the same
-arrays, in the same process, with the same thread count, and reports achieved bandwidth as a fraction of the
+arrays, in the same process, with the same thread count, each called the way users call it (the output is
+allocated by the call), and reports achieved bandwidth as a fraction of the
 copy bandwidth measured in the same run (``np.copyto`` of a large float32 array, read + write bytes).  Only
 ratios measured in one run mean anything on a shared machine.
 """
@@ -162,9 +163,8 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
         x = _layout(x4, layout).astype(dt)
         y, ind = max_pool2d_with_indices(x, k, s, p, layout=layout, index_dtype=index_dtype)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
-        out = np.empty_like(x)
         fns: dict[str, Any] = {
-            "poolgrad": lambda: max_pool2d_with_indices_backward(go, x, ind, k, s, p, layout=layout, out=out,
+            "poolgrad": lambda: max_pool2d_with_indices_backward(go, x, ind, k, s, p, layout=layout,
                                                                  deterministic=deterministic, num_threads=nt),
             "bytes": go.nbytes + ind.nbytes + x.nbytes,
         }
@@ -172,10 +172,7 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
             import torch
             xt = _torch_in_layout(x4, layout, dtype)
             _, it = torch.nn.functional.max_pool2d(xt, k, s, p, return_indices=True)
-            got = torch.from_numpy(np.ascontiguousarray(go.view(np.uint16) if dtype == "bf16" else go))
-            if dtype == "bf16":
-                got = got.view(torch.bfloat16)
-            got = got.permute(0, 3, 1, 2) if layout == "NHWC" else got
+            got = _torch_grad(go, layout, dtype)
 
             def run_torch() -> None:
                 torch.set_num_threads(nt)
@@ -187,6 +184,97 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
     idx = "i32" if np.dtype(index_dtype) == np.int32 else "i64"
     return Case("max_pool2d_with_indices_backward", f"{N}x{C}x{H}x{W} k{k}s{s}p{p}", layout, dtype, threads,
                 deterministic, make, extra=idx if idx == "i32" else "")
+
+
+def adaptive_backward_case(N: int, C: int, H: int, W: int, out_hw: tuple[int, int], layout: str, dtype: str,
+                           threads: int, deterministic: bool) -> Case:
+    """``adaptive_max_pool2d_backward`` versus ``torch.ops.aten.adaptive_max_pool2d_backward``."""
+    from .adaptive import adaptive_max_pool2d, adaptive_max_pool2d_backward
+
+    def make(nt: int) -> dict:
+        rng = np.random.default_rng(0)
+        x4 = rng.standard_normal((N, C, H, W), dtype=np.float32)
+        dt = _np_dtype(dtype)
+        x = _layout(x4, layout).astype(dt)
+        y, ind = adaptive_max_pool2d(x, out_hw, layout=layout)
+        go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
+        fns: dict[str, Any] = {
+            "poolgrad": lambda: adaptive_max_pool2d_backward(go, x, ind, layout=layout,
+                                                             deterministic=deterministic, num_threads=nt),
+            "bytes": go.nbytes + ind.nbytes + x.nbytes,
+        }
+        if has_torch():
+            import torch
+            xt = _torch_in_layout(x4, layout, dtype)
+            _, it = torch.nn.functional.adaptive_max_pool2d(xt, out_hw, return_indices=True)
+            got = _torch_grad(go, layout, dtype)
+
+            def run_torch() -> None:
+                torch.set_num_threads(nt)
+                torch.ops.aten.adaptive_max_pool2d_backward(got, xt, it)
+            fns["torch"] = run_torch
+        return fns
+
+    return Case("adaptive_max_pool2d_backward", f"{N}x{C}x{H}x{W} -> {out_hw[0]}x{out_hw[1]}", layout, dtype,
+                threads, deterministic, make)
+
+
+def _torch_grad(go: np.ndarray, layout: str, dtype: str):
+    """A poolgrad-layout gradient array as a logical-NCHW torch tensor (bfloat16 through its bits)."""
+    import torch
+    if dtype == "bf16":
+        t = torch.from_numpy(np.ascontiguousarray(go).view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(go))
+    return t.permute(0, 3, 1, 2) if layout == "NHWC" else t
+
+
+CASE_BUILDERS: dict[str, Callable[..., list[Case]]] = {}
+
+
+def full_cases(threads: Iterable[int], ops: Iterable[str] | None = None, quick: bool = False) -> list[Case]:
+    """The comparison suite of ``bench/compare.py`` (SPEC section 2): both layouts, float32 and 16-bit types,
+    1 and all threads, both modes, big batch of small images and batch 1 of big images, overlapping and
+    non-overlapping windows."""
+    threads = list(threads)
+    cases: list[Case] = []
+    for name, builder in CASE_BUILDERS.items():
+        if ops is None or name in ops:
+            cases += builder(threads, quick)
+    return cases
+
+
+def _max_pool_suite(threads: list[int], quick: bool) -> list[Case]:
+    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
+    few = (1, 3, 512, 512) if quick else (1, 3, 1024, 1024)
+    cases = []
+    for nt in threads:
+        for layout in ("NCHW", "NHWC"):
+            for det in (True, False):
+                cases.append(max_pool_backward_case(*big, 3, 2, 1, layout, "f32", nt, det))
+            cases.append(max_pool_backward_case(*big, 3, 2, 1, layout, "f32", nt, True, np.int32))
+            cases.append(max_pool_backward_case(*big, 2, 2, 0, layout, "f32", nt, True))
+            for dtype in ("bf16", "f16"):
+                cases.append(max_pool_backward_case(*big, 3, 2, 1, layout, dtype, nt, True))
+            for det in (True, False):
+                cases.append(max_pool_backward_case(*few, 3, 1, 1, layout, "f32", nt, det))
+    return cases
+
+
+def _adaptive_suite(threads: list[int], quick: bool) -> list[Case]:
+    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
+    cases = []
+    for nt in threads:
+        for layout in ("NCHW", "NHWC"):
+            for out_hw in ((7, 7), (13, 13)):
+                for det in (True, False):
+                    cases.append(adaptive_backward_case(*big, out_hw, layout, "f32", nt, det))
+            cases.append(adaptive_backward_case(*big, (7, 7), layout, "bf16", nt, True))
+    return cases
+
+
+CASE_BUILDERS["max_pool2d_with_indices_backward"] = _max_pool_suite
+CASE_BUILDERS["adaptive_max_pool2d_backward"] = _adaptive_suite
 
 
 def default_cases(threads: Iterable[int] | None = None, quick: bool = False) -> list[Case]:
