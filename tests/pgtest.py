@@ -17,7 +17,7 @@ THREADS = [1, 2, 3, 4, 7]
 import os
 
 torch = tf = None
-# scripts/asan.sh sets this: PyTorch and TensorFlow are not ASan-clean, so the sanitizer run leaves them out.
+# scripts/build_variant.sh asan sets this: PyTorch and TensorFlow are not ASan-clean, so the sanitizer run leaves them out.
 if not os.environ.get("POOLGRAD_TEST_NO_FRAMEWORKS"):
     try:
         import torch
