@@ -4,11 +4,13 @@ Public API (all functions validate their inputs and raise :class:`PoolGradError`
 
 * :func:`max_pool2d_with_indices` / :func:`max_pool2d_with_indices_backward`
 * :func:`adaptive_max_pool2d` / :func:`adaptive_max_pool2d_backward`
+* :func:`max_pooling_grad` (element-wise, CANN MaxPoolingGrad)
 * determinism and threads: :func:`set_deterministic`, :func:`is_deterministic`, :func:`deterministic`,
   :func:`show_config`
 """
 from .config import deterministic, get_config, is_deterministic, set_deterministic, show_config
 from .dtypes import bfloat16
+from .elementwise import max_pooling_grad
 from .errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ParamInvalidError, ParamNullptrError,
                      PoolGradError)
 from .adaptive import adaptive_max_pool2d, adaptive_max_pool2d_backward
@@ -19,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
     "adaptive_max_pool2d", "adaptive_max_pool2d_backward",
+    "max_pooling_grad",
     "set_deterministic", "is_deterministic", "deterministic", "show_config", "get_config",
     "PoolGradError", "ParamNullptrError", "ParamInvalidError", "ACLNN_ERR_PARAM_NULLPTR",
     "ACLNN_ERR_PARAM_INVALID", "bfloat16",
