@@ -34,8 +34,41 @@ def _check_max_pool(rng: np.random.Generator, dtype: np.dtype, layout: str) -> b
     return ok
 
 
+def _check_adaptive(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
+    from . import adaptive
+    from .slow import adaptive as ref
+    x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
+    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    y, ind = adaptive.adaptive_max_pool2d(x, (5, 4), layout=layout)
+    _, i_ref = ref.adaptive_max_pool2d(x4, (5, 4))
+    ind4 = ind.transpose(0, 3, 1, 2) if layout == "NHWC" else ind
+    ok = np.array_equal(ind4, i_ref)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    want = ref.adaptive_max_pool2d_backward(go4, x4.shape, i_ref)
+    for det in (True, False):
+        g = adaptive.adaptive_max_pool2d_backward(go, x, ind, layout=layout, deterministic=det)
+        ok &= _close(g.transpose(0, 3, 1, 2) if layout == "NHWC" else g, want, dtype)
+    return ok
+
+
+def _check_elementwise(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
+    from . import elementwise
+    from .slow import elementwise as ref
+    x = rng.integers(-2, 3, size=(2, 3, 8, 6)).astype(dtype)
+    y = rng.integers(-2, 3, size=x.shape).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    if layout == "NHWC":
+        x, y, dy = (a.transpose(0, 2, 3, 1) for a in (x, y, dy))
+    got = elementwise.max_pooling_grad(dy, x, y)
+    want = ref.max_pooling_grad(dy, x, y)
+    return np.ascontiguousarray(got).tobytes() == want.tobytes()
+
+
 CHECKS: list[tuple[str, Callable[[np.random.Generator, np.dtype, str], bool]]] = [
     ("max_pool2d_with_indices(+backward)", _check_max_pool),
+    ("adaptive_max_pool2d(+backward)", _check_adaptive),
+    ("max_pooling_grad", _check_elementwise),
 ]
 
 
