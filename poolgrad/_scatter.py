@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _max_pool
+from .config import threads_for
 from .errors import ParamInvalidError
 
 # Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
@@ -36,6 +37,7 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     """
     N, C, H, W = gx4.shape
     Ho = go4.shape[2]
+    nthreads = threads_for(gx4.size + go4.size, nthreads)
     channel = channel_inner(gx4)
     units = N if channel else N * C                 # independent planes (or images, channels-last)
     row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit

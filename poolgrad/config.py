@@ -13,7 +13,7 @@ from . import _config
 from .errors import ParamInvalidError
 
 __all__ = ["set_deterministic", "is_deterministic", "deterministic", "resolve_deterministic",
-           "resolve_num_threads", "show_config", "get_config"]
+           "resolve_num_threads", "threads_for", "show_config", "get_config"]
 
 # The seeds document these operators as nondeterministic unless ACL_OPT_DETERMINISTIC is set, so the
 # process-wide default is False.  A plain module global (not a context variable) on purpose: the setting is
@@ -92,6 +92,17 @@ def resolve_num_threads(value: object) -> int:
     if not _config.openmp_enabled():
         return 1
     return min(n, 4096)
+
+
+# Elements of work below which one more thread costs more than it saves: waking an OpenMP team and joining it
+# takes microseconds, and on a loaded machine a thread that is not scheduled stalls the whole call at the join.
+GRAIN = 32768
+
+
+def threads_for(work: int, nthreads: int, grain: int = GRAIN) -> int:
+    """Threads worth using for ``work`` elements (at least one, at most ``nthreads``).  Results never depend
+    on it: every kernel is bitwise deterministic in the thread count or documented otherwise."""
+    return max(1, min(nthreads, work // grain))
 
 
 def get_config() -> dict:

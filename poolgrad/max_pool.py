@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _max_pool
 from ._scatter import channel_inner, scatter_grad
-from .config import resolve_deterministic, resolve_num_threads
+from .config import resolve_deterministic, resolve_num_threads, threads_for
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .params import (as_array, check_dtype, check_index_dtype, check_rank, check_same_dtype, kernel_input,
@@ -114,6 +114,7 @@ def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str, win_h: dict
         return y, ind
     xk = kernel_view(kernel_input(x4))
     y4 = kernel_view(to_nchw(y, layout))
+    nthreads = threads_for(y.size * int(win_h["count"].max()) * int(win_w["count"].max()), nthreads)
     ind4 = to_nchw(ind, layout) if want_indices else None
     _max_pool.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
                              win_w["start"], win_w["count"], step[1], channel_inner(xk), nthreads)

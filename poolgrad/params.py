@@ -6,6 +6,7 @@ allocated or checked.  The kernels receive only what passed.
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Iterable, Sequence
 
@@ -175,8 +176,15 @@ def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool)
     return out
 
 
+def _frozen(tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    for arr in tables.values():
+        arr.setflags(write=False)
+    return tables
+
+
+@functools.lru_cache(maxsize=256)
 def pool_windows(size: int, out: int, k: int, s: int, p: int, d: int) -> dict[str, np.ndarray]:
-    """Per-output windows along one axis of a torch-style pooling.
+    """Per-output windows along one axis of a torch-style pooling (cached; the arrays are read-only).
 
     Returns ``start`` (first valid input cell), ``count`` (number of valid cells, step ``d``), and the input
     range ``lo``/``hi`` (``[lo, hi)`` spans the valid cells; empty if there are none).
@@ -189,15 +197,16 @@ def pool_windows(size: int, out: int, k: int, s: int, p: int, d: int) -> dict[st
     count = np.maximum(last_excl - skip, 0)
     lo = np.clip(start, 0, size)
     hi = np.where(count > 0, start + (count - 1) * d + 1, lo)
-    return {"start": start, "count": count, "lo": lo, "hi": hi}
+    return _frozen({"start": start, "count": count, "lo": lo, "hi": hi})
 
 
+@functools.lru_cache(maxsize=256)
 def adaptive_windows(size: int, out: int) -> dict[str, np.ndarray]:
     """Adaptive pooling windows ``[floor(i*L/Lo), ceil((i+1)*L/Lo))`` in exact integer arithmetic."""
     i = np.arange(out, dtype=object)  # Python ints: i*L cannot overflow whatever the sizes
     start = np.array([(v * size) // out for v in i], dtype=np.int64)
     end = np.array([-((-(v + 1) * size) // out) for v in i], dtype=np.int64)
-    return {"start": start, "count": end - start, "lo": start, "hi": end}
+    return _frozen({"start": start, "count": end - start, "lo": start, "hi": end})
 
 
 def to_nchw(arr: np.ndarray, layout: str) -> np.ndarray:
