@@ -21,6 +21,10 @@ from .config import resolve_num_threads
 __all__ = ["Case", "copy_bandwidth", "median_time", "run_cases", "format_table", "default_cases", "has_torch"]
 
 
+# Other implementations a case may time beside poolgrad: (key in the case's callables, name in the table).
+COMPARATORS = [("torch", "PyTorch"), ("tf", "TensorFlow"), ("numpy", "NumPy")]
+
+
 def has_torch() -> bool:
     try:
         import torch  # noqa: F401
@@ -83,7 +87,7 @@ def run_cases(cases: Iterable[Case], reps: int = 7, progress: Callable[[str], No
         row["poolgrad_s"] = median_time(fns["poolgrad"], reps)
         row["gbs"] = fns["bytes"] / row["poolgrad_s"] / 1e9
         row["frac_copy"] = row["gbs"] / bandwidth
-        for other in ("torch", "tf"):
+        for other, _ in COMPARATORS:
             fn = fns.get(other)
             if fn is not None:
                 row[f"{other}_s"] = median_time(fn, reps)
@@ -99,27 +103,29 @@ def _row_text(r: dict) -> str:
     det = {True: "det", False: "nondet", None: "-"}[r["deterministic"]]
     text = (f"{r['op']:<34} {r['shape']:<26} {r['layout']:<4} {r['dtype']:<4} {r['threads']:>2}t {det:<6} "
             f"{r['poolgrad_s'] * 1e3:9.2f} ms {r['gbs']:6.1f} GB/s {100 * r['frac_copy']:5.0f}%")
-    for other, name in (("torch", "torch"), ("tf", "TF")):
+    for other, name in COMPARATORS:
         if f"vs_{other}" in r:
             text += f"  {r[f'vs_{other}']:6.2f}x vs {name}"
     return text
 
 
 def format_table(rows: list[dict], bandwidth: float) -> str:
-    """Markdown table of the rows (time, GB/s, % of copy bandwidth, speed-up over PyTorch / TensorFlow)."""
-    head = ("| op | shape | layout | dtype | threads | mode | poolgrad ms | GB/s | % of copy | PyTorch ms | "
-            "vs PyTorch | TF ms | vs TF |")
+    """Markdown table of the rows: time, GB/s, % of the copy bandwidth, and each other library's time and
+    speed-up (its time / poolgrad's time) where it was measured."""
+    others = [(k, name) for k, name in COMPARATORS if any(f"{k}_s" in r for r in rows)]
+    head = "| op | shape | layout | dtype | threads | mode | poolgrad ms | GB/s | % of copy |"
+    for _, name in others:
+        head += f" {name} ms | vs {name} |"
     lines = [f"copy bandwidth measured in this run: {bandwidth:.1f} GB/s", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         det = {True: "det", False: "nondet", None: "-"}[r["deterministic"]]
-        t_ms = f"{r['torch_s'] * 1e3:.2f}" if "torch_s" in r else "n/a"
-        t_x = f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "n/a"
-        f_ms = f"{r['tf_s'] * 1e3:.2f}" if "tf_s" in r else "n/a"
-        f_x = f"{r['vs_tf']:.2f}x" if "vs_tf" in r else "n/a"
-        lines.append(f"| {r['op']} | {r['shape']}{(' ' + r['extra']) if r['extra'] else ''} | {r['layout']} | "
-                     f"{r['dtype']} | {r['threads']} | {det} | {r['poolgrad_s'] * 1e3:.2f} | {r['gbs']:.1f} | "
-                     f"{100 * r['frac_copy']:.0f}% | {t_ms} | {t_x} | {f_ms} | {f_x} |")
+        line = (f"| {r['op']} | {r['shape']}{(' ' + r['extra']) if r['extra'] else ''} | {r['layout']} | "
+                f"{r['dtype']} | {r['threads']} | {det} | {r['poolgrad_s'] * 1e3:.2f} | {r['gbs']:.1f} | "
+                f"{100 * r['frac_copy']:.0f}% |")
+        for k, _ in others:
+            line += (f" {r[f'{k}_s'] * 1e3:.2f} | {r[f'vs_{k}']:.2f}x |" if f"{k}_s" in r else " n/a | n/a |")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -229,6 +235,112 @@ def _torch_grad(go: np.ndarray, layout: str, dtype: str):
     return t.permute(0, 3, 1, 2) if layout == "NHWC" else t
 
 
+def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, layout: str, dtype: str,
+                      threads: int, deterministic: bool) -> Case:
+    """``avg_pool2d_backward`` versus ``torch.ops.aten.avg_pool2d_backward``."""
+    from .avg_pool import avg_pool2d, avg_pool2d_backward
+
+    def make(nt: int) -> dict:
+        rng = np.random.default_rng(0)
+        x4 = rng.standard_normal((N, C, H, W), dtype=np.float32)
+        dt = _np_dtype(dtype)
+        x = _layout(x4, layout).astype(dt)
+        y = avg_pool2d(x, k, s, p, layout=layout)
+        go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
+        fns: dict[str, Any] = {
+            "poolgrad": lambda: avg_pool2d_backward(go, x, k, s, p, layout=layout, deterministic=deterministic,
+                                                    num_threads=nt),
+            "bytes": go.nbytes + x.nbytes,
+        }
+        if has_torch():
+            import torch
+            xt = _torch_in_layout(x4, layout, dtype)
+            got = _torch_grad(go, layout, dtype)
+
+            def run_torch() -> None:
+                torch.set_num_threads(nt)
+                torch.ops.aten.avg_pool2d_backward(got, xt, [k, k], [s, s], [p, p], False, True, None)
+            fns["torch"] = run_torch
+        return fns
+
+    return Case("avg_pool2d_backward", f"{N}x{C}x{H}x{W} k{k}s{s}p{p}", layout, dtype, threads, deterministic,
+                make)
+
+
+def max_pool_grad_case(N: int, H: int, W: int, C: int, k: int, s: int, padding: str, layout: str, dtype: str,
+                       threads: int, deterministic: bool) -> Case:
+    """TF-style ``max_pool_grad`` (argmax recomputed from x1); TensorFlow's ``MaxPoolGrad`` is timed by
+    :func:`tf_worker` in a separate process (NHWC only: TensorFlow's CPU kernel has no NCHW)."""
+    from .tf_max_pool import max_pool, max_pool_grad
+
+    ksize = [1, k, k, 1] if layout == "NHWC" else [1, 1, k, k]
+    strides = [1, s, s, 1] if layout == "NHWC" else [1, 1, s, s]
+
+    def make(nt: int) -> dict:
+        rng = np.random.default_rng(0)
+        xh = rng.standard_normal((N, H, W, C), dtype=np.float32)
+        dt = _np_dtype(dtype)
+        x1 = (xh if layout == "NHWC" else np.ascontiguousarray(xh.transpose(0, 3, 1, 2))).astype(dt)
+        x2 = max_pool(x1, ksize, strides, padding, data_format=layout)
+        grad = rng.standard_normal(x2.shape, dtype=np.float32).astype(dt)
+        return {
+            "poolgrad": lambda: max_pool_grad(x1, x2, grad, ksize, strides, padding, data_format=layout,
+                                              deterministic=deterministic, num_threads=nt),
+            "bytes": x1.nbytes + grad.nbytes + x1.nbytes,
+            "tf_args": (x1, x2, grad, ksize, strides, padding) if layout == "NHWC" else None,
+        }
+
+    return Case("max_pool_grad", f"{N}x{H}x{W}x{C} k{k}s{s} {padding}", layout, dtype, threads, deterministic,
+                make)
+
+
+def _case_key(c: Case | dict) -> str:
+    get = (lambda k: c[k]) if isinstance(c, dict) else (lambda k: getattr(c, k))
+    return "|".join(str(get(k)) for k in ("op", "shape", "layout", "dtype", "threads", "deterministic", "extra"))
+
+
+def tf_worker(threads: int, ops: Iterable[str] | None, quick: bool, reps: int) -> int:
+    """Time ``tf.raw_ops.MaxPoolGrad`` on the arrays of the ``max_pool_grad`` cases for one thread count and
+    print one JSON object {case key: seconds}.  TensorFlow's thread pools are sized when it starts, hence one
+    process per thread count."""
+    import json
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    times = {}
+    for case in full_cases([threads], ["max_pool_grad"], quick):
+        args = case.make(threads).get("tf_args")
+        if args is None:
+            continue
+        x1, x2, grad, ksize, strides, padding = (tf.constant(a) if isinstance(a, np.ndarray) else a for a in args)
+        fn = lambda: tf.raw_ops.MaxPoolGrad(orig_input=x1, orig_output=x2, grad=grad, ksize=ksize,  # noqa: E731
+                                            strides=strides, padding=padding, data_format="NHWC").numpy()
+        times[_case_key(case)] = median_time(fn, reps)
+    print("TFTIMES " + json.dumps(times), flush=True)
+    return 0
+
+
+def merge_tf(rows: list[dict], threads: Iterable[int], ops: Iterable[str] | None, quick: bool, reps: int,
+             command: list[str]) -> None:
+    """Run :func:`tf_worker` once per thread count (``command + ['--tf-worker', n]``) and add TensorFlow's
+    times and speed ratios to the matching rows."""
+    import json
+    import subprocess
+    for nt in threads:
+        cmd = command + ["--tf-worker", str(nt), "--reps", str(reps)] + (["--quick"] if quick else [])
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("TFTIMES ")]
+        if res.returncode != 0 or not lines:
+            print(f"  (TensorFlow worker for {nt} thread(s) failed: {res.stderr.strip()[-300:]})")
+            continue
+        times = json.loads(lines[-1][len("TFTIMES "):])
+        for row in rows:
+            key = _case_key(row)
+            if key in times:
+                row["tf_s"] = times[key]
+                row["vs_tf"] = times[key] / row["poolgrad_s"]
+
+
 CASE_BUILDERS: dict[str, Callable[..., list[Case]]] = {}
 
 
@@ -273,8 +385,78 @@ def _adaptive_suite(threads: list[int], quick: bool) -> list[Case]:
     return cases
 
 
+def _avg_suite(threads: list[int], quick: bool) -> list[Case]:
+    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
+    few = (1, 3, 512, 512) if quick else (1, 3, 1024, 1024)
+    cases = []
+    for nt in threads:
+        for layout in ("NCHW", "NHWC"):
+            for det in (True, False):
+                cases.append(avg_backward_case(*big, 3, 2, 1, layout, "f32", nt, det))
+            cases.append(avg_backward_case(*big, 2, 2, 0, layout, "f32", nt, True))
+            cases.append(avg_backward_case(*big, 3, 2, 1, layout, "bf16", nt, True))
+            cases.append(avg_backward_case(*few, 3, 1, 1, layout, "f32", nt, True))
+    return cases
+
+
+def _tf_suite(threads: list[int], quick: bool) -> list[Case]:
+    big = (8, 112, 112, 64) if quick else (32, 112, 112, 64)
+    cases = []
+    for nt in threads:
+        for det in (True, False):
+            cases.append(max_pool_grad_case(*big, 3, 2, "SAME", "NHWC", "f32", nt, det))
+        cases.append(max_pool_grad_case(*big, 2, 2, "VALID", "NHWC", "f32", nt, True))
+        cases.append(max_pool_grad_case(*big, 3, 2, "SAME", "NHWC", "bf16", nt, True))
+        cases.append(max_pool_grad_case(*big, 3, 2, "SAME", "NCHW", "f32", nt, True))
+        cases.append(max_pool_grad_case(1, 1024, 1024, 3, 3, 1, "SAME", "NHWC", "f32", nt, True))
+    return cases
+
+
+def _elementwise_suite(threads: list[int], quick: bool) -> list[Case]:
+    n = (1 << 24) if quick else (1 << 26)
+    cases = []
+    for nt in threads:
+        for dtype in ("f32", "bf16"):
+            cases.append(elementwise_case(n, dtype, nt))
+    return cases
+
+
+def elementwise_case(n: int, dtype: str, threads: int) -> Case:
+    """``max_pooling_grad`` versus ``np.where(x == y, dy, 0)`` and ``torch.where``."""
+    from .elementwise import max_pooling_grad
+
+    def make(nt: int) -> dict:
+        rng = np.random.default_rng(0)
+        dt = _np_dtype(dtype)
+        x = rng.integers(0, 4, size=n).astype(np.float32).astype(dt)
+        y = rng.integers(0, 4, size=n).astype(np.float32).astype(dt)
+        dy = rng.standard_normal(n, dtype=np.float32).astype(dt)
+        zero16 = np.zeros((), dt)
+        fns: dict[str, Any] = {"poolgrad": lambda: max_pooling_grad(dy, x, y, num_threads=nt),
+                               "numpy": lambda: np.where(x == y, dy, zero16),
+                               "bytes": 4 * dy.nbytes}
+        if has_torch():
+            import torch
+            if dtype == "bf16":
+                tx, ty, tdy = (torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) for a in (x, y, dy))
+            else:
+                tx, ty, tdy = (torch.from_numpy(a) for a in (x, y, dy))
+            zero = torch.zeros((), dtype=tdy.dtype)
+
+            def run_torch() -> None:
+                torch.set_num_threads(nt)
+                torch.where(tx == ty, tdy, zero)
+            fns["torch"] = run_torch
+        return fns
+
+    return Case("max_pooling_grad", f"{n >> 20}M elements", "-", dtype, threads, None, make)
+
+
 CASE_BUILDERS["max_pool2d_with_indices_backward"] = _max_pool_suite
 CASE_BUILDERS["adaptive_max_pool2d_backward"] = _adaptive_suite
+CASE_BUILDERS["avg_pool2d_backward"] = _avg_suite
+CASE_BUILDERS["max_pool_grad"] = _tf_suite
+CASE_BUILDERS["max_pooling_grad"] = _elementwise_suite
 
 
 def default_cases(threads: Iterable[int] | None = None, quick: bool = False) -> list[Case]:

@@ -54,8 +54,12 @@ PG_INLINE uint16_t pg_f32_to_f16(float f)
     /* normal range: rebias the exponent (-112 << 23) and round half to even at bit 13 */
     uint32_t nrm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
     /* >= 65520 rounds to Inf (handled by nrm overflow up to 2^16); Inf and NaN (quiet, payload top bits kept) */
-    uint32_t big = a > 0x7f800000u ? (0x7e00u | ((a >> 13) & 0x3ffu)) : 0x7c00u;
-    uint32_t o = a < 0x38800000u ? sub : (a < 0x47800000u ? nrm : big);
+    /* masks instead of branches or nested selects, which GCC leaves as control flow */
+    uint32_t m_sub = 0u - (uint32_t)(a < 0x38800000u);
+    uint32_t m_big = 0u - (uint32_t)(a >= 0x47800000u);
+    uint32_t m_nan = 0u - (uint32_t)(a > 0x7f800000u);
+    uint32_t big = (0x7c00u & ~m_nan) | ((0x7e00u | ((a >> 13) & 0x3ffu)) & m_nan);
+    uint32_t o = (sub & m_sub) | (nrm & ~(m_sub | m_big)) | (big & m_big);
     return (uint16_t)(o | sign);
 }
 

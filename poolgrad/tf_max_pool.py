@@ -1,0 +1,350 @@
+"""TensorFlow-compatible max pooling: ``max_pool`` (``tf.nn.max_pool2d``) and ``max_pool_grad``
+(``tf.raw_ops.MaxPoolGrad``, the CANN ``MaxPoolGrad`` operator, seed 000).
+
+Differences from TensorFlow's CPU kernels, all deliberate (see the docstrings):
+
+* ``data_format="NCHW"`` is supported (TensorFlow's CPU kernels refuse it), with any memory strides.
+* NaN: a window's argmax follows the spec's rule - a cell replaces the running maximum if it is greater *or NaN*,
+  so NaN beats every number and the last NaN in row-major scan order wins.  TensorFlow's ``MaxPoolGrad`` takes a
+  NaN only when it is the first cell of its window (later cells replace the maximum only when strictly greater,
+  which is never true against or for a NaN), and ``tf.nn.max_pool2d`` ignores NaNs unless the window is all NaN.
+* A window of ``-inf`` gives ``-inf`` in :func:`max_pool` (TensorFlow's forward gives ``-FLT_MAX``).
+* float16/bfloat16 gradients are accumulated in float32 and rounded once (TensorFlow's float16 kernel sums in
+  float16).  A float16/bfloat16 signalling NaN comes out of :func:`max_pool` quiet (payload kept).
+* ``x2``'s values are ignored, as in TensorFlow and CANN, unless ``check_orig_output=True`` asks to verify them.
+
+Both functions run the kernels of ``_tf_max_pool.pyx`` (see its docstring for the band / ring design).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _tf_max_pool
+from ._scatter import channel_inner
+from .config import resolve_deterministic, resolve_num_threads
+from .dtypes import kernel_view
+from .errors import ParamInvalidError
+from .params import (MAX_PARAM, alloc_like_order, as_array, check_dtype, check_rank, kernel_input, kernel_output,
+                     parse_bool, parse_layout, prepare_out, to_nchw)
+
+__all__ = ["max_pool", "max_pool_grad"]
+
+IntSeq4 = Sequence[int]
+
+# Aim for at least this many work items (image or plane bands) per thread, for balance.
+ITEMS_PER_THREAD = 4
+# A band is at least this many times the window height (bounds the halo recomputation at band edges).
+MIN_BAND_WINDOWS = 2
+# Upper bound on the per-thread accumulation ring (bytes); only huge windows times huge rows reach it.
+RING_BUDGET = 32 << 20
+# grad_x at least this big is written with non-temporal stores (it would not stay in cache anyway).
+STREAM_BYTES = 8 << 20
+# The channels-last kernel's ring offsets are int32 (vectorisation): a ring (at most max(2 * RING_BUDGET, one
+# row)) must hold fewer elements, so rows of W*C >= RING_INT32 elements take the plane path.
+RING_INT32 = 1 << 30
+# Plane path: run the unclipped windows of a row in vector lanes (False: scalar loop only; for tests).
+VECTOR_PLANE = True
+
+
+def _parse_window_param(value: Any, name: str, data_format: str) -> tuple[int, int]:
+    """A length-4 sequence of ints in ``data_format`` order, 1 at N and C, positive at H and W -> (h, w)."""
+    expected = f"a sequence of 4 ints in {data_format} order"
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise ParamInvalidError(f"{name}: expected {expected}, got an array of shape {value.shape}")
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise ParamInvalidError(f"{name}: expected {expected}, got {value!r}")
+    if len(value) != 4:
+        raise ParamInvalidError(f"{name}: expected {expected}, got {len(value)} values {tuple(value)!r}")
+    ints = []
+    for v in value:
+        if isinstance(v, (bool, np.bool_)):
+            raise ParamInvalidError(f"{name}: expected {expected}, got a bool in {tuple(value)!r}")
+        try:
+            ints.append(operator.index(v))
+        except TypeError:
+            raise ParamInvalidError(f"{name}: expected {expected}, got {tuple(value)!r}") from None
+    nc = (0, 3) if data_format == "NHWC" else (0, 1)
+    hw = (1, 2) if data_format == "NHWC" else (2, 3)
+    if ints[nc[0]] != 1 or ints[nc[1]] != 1:
+        raise ParamInvalidError(
+            f"{name}: expected 1 in the N and C positions ({name}[{nc[0]}] and {name}[{nc[1]}] for "
+            f"{data_format}; pooling across the batch or the channels is not supported), got {tuple(ints)}")
+    for i in hw:
+        if not 1 <= ints[i] <= MAX_PARAM:
+            raise ParamInvalidError(f"{name}: expected positive H and W entries (at most {MAX_PARAM}) in "
+                                    f"{data_format} order, got {tuple(ints)}")
+    return ints[hw[0]], ints[hw[1]]
+
+
+def _parse_padding(padding: Any) -> str:
+    """``"SAME"`` or ``"VALID"`` (str or ASCII bytes, case-sensitive as in TensorFlow)."""
+    if isinstance(padding, bytes):
+        try:
+            padding = padding.decode("ascii")
+        except UnicodeDecodeError:
+            pass
+    if not isinstance(padding, str) or padding not in ("SAME", "VALID"):
+        raise ParamInvalidError(f"padding: expected 'SAME' or 'VALID', got {padding!r}")
+    return padding
+
+
+def tf_output_size(size: int, k: int, s: int, padding: str) -> tuple[int, int]:
+    """TensorFlow's (output length, padding before) along one axis; the length may be < 1 (VALID, k > size)."""
+    if padding == "VALID":
+        return -(-(size - k + 1) // s), 0
+    out = -(-size // s)
+    total = max(0, (out - 1) * s + k - size)
+    return out, total // 2
+
+
+def _windows(size: int, out: int, k: int, s: int, before: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clipped windows ``[lo, hi)`` of every output along one axis (non-decreasing in both ends)."""
+    start = np.arange(out, dtype=np.int64) * s - before
+    return np.maximum(start, 0), np.minimum(start + k, size)
+
+
+class _Pool:
+    """Validated x (x1), parameters, output shape and window tables."""
+
+    def __init__(self, x: Any, ksize: Any, strides: Any, padding: Any, data_format: Any, name: str) -> None:
+        self.name = name
+        x = as_array(x, name)
+        self.data_format = parse_layout(data_format, "data_format")
+        check_rank(x, name, (4,))
+        self.dt = check_dtype(x, name)
+        self.ksize = _parse_window_param(ksize, "ksize", self.data_format)
+        self.strides = _parse_window_param(strides, "strides", self.data_format)
+        self.padding = _parse_padding(padding)
+        self.x = x
+        self.x4 = x4 = to_nchw(x, self.data_format)
+        N, C, H, W = x4.shape
+        if 0 in (C, H, W):
+            raise ParamInvalidError(f"{name}: expected non-zero C, H and W, got shape {x.shape} "
+                                    f"({self.data_format})")
+        (Ho, ph), (Wo, pw) = (tf_output_size(n, k, s, self.padding)
+                              for n, k, s in zip((H, W), self.ksize, self.strides))
+        if Ho < 1 or Wo < 1:
+            raise ParamInvalidError(
+                f"{name}: output size is too small: input (H, W) = {(H, W)} with {self.describe()} gives "
+                f"{(Ho, Wo)} (VALID padding needs the window to fit in the input)")
+        self.out_hw = (Ho, Wo)
+        self.hlo, self.hhi = _windows(H, Ho, self.ksize[0], self.strides[0], ph)
+        self.wlo, self.whi = _windows(W, Wo, self.ksize[1], self.strides[1], pw)
+        self.out_shape = (N, C, Ho, Wo) if self.data_format == "NCHW" else (N, Ho, Wo, C)
+
+    def describe(self) -> str:
+        return (f"ksize (H, W) = {self.ksize}, strides (H, W) = {self.strides}, padding={self.padding!r}, "
+                f"data_format={self.data_format!r}")
+
+    def kernel_x(self) -> tuple[np.ndarray, bool]:
+        """x as the kernels read it, and whether the channels-last kernels apply (C unit-strided in memory)."""
+        x4 = kernel_input(self.x4)
+        channel = channel_inner(x4)
+        if channel and x4.strides[1] != x4.dtype.itemsize:
+            # channels-last but C not unit-strided (a sliced buffer): one dense copy beats C strided plane passes
+            x4 = np.ascontiguousarray(x4.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        if channel and x4.shape[1] * x4.shape[3] >= RING_INT32:
+            channel = False     # int32 ring offsets in the vectorised channels-last kernel: giant rows go plane
+        return x4, channel
+
+    def plane_vector_run(self, ring_elems: int) -> tuple[bool, int, int, int, int, int]:
+        """The unclipped windows along W (one contiguous run) for the plane path's vector lanes."""
+        kw, sw = self.ksize[1], self.strides[1]
+        pw = tf_output_size(self.x4.shape[3], kw, sw, self.padding)[1]
+        full = np.flatnonzero((self.wlo == np.arange(len(self.wlo)) * sw - pw) & (self.whi - self.wlo == kw))
+        ow_a, ow_b = (int(full[0]), int(full[-1]) + 1) if full.size else (0, 0)
+        return VECTOR_PLANE and ow_b > ow_a and ring_elems < RING_INT32, ow_a, ow_b, sw, kw, pw
+
+    def forward(self, nthreads: int) -> np.ndarray:
+        """Window maxima, in x's memory order (the spec's NaN rule)."""
+        y = alloc_like_order(self.x, self.out_shape, self.x.dtype)
+        if self.x.shape[0] == 0:
+            return y
+        x4, channel = self.kernel_x()
+        N, C, H, W = x4.shape
+        Ho = self.out_hw[0]
+        units = N if channel else N * C
+        nparts = 1
+        if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
+            nparts = min(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+        part = (np.arange(nparts + 1, dtype=np.int64) * Ho) // nparts
+        nthreads = min(nthreads, units * nparts)
+        win_h = int(np.max(self.hhi - self.hlo))
+        vec = self.plane_vector_run(W)
+        _tf_max_pool.max_pool(self.dt, kernel_view(x4), kernel_view(to_nchw(y, self.data_format)), self.hlo,
+                              self.hhi, self.wlo, self.whi, part, channel, np.zeros(win_h, np.int32), *vec,
+                              nthreads)
+        return y
+
+
+def _check_like_output(arr: Any, name: str, pool: _Pool) -> np.ndarray:
+    arr = as_array(arr, name)
+    check_rank(arr, name, (4,))
+    if arr.dtype != pool.x.dtype:
+        raise ParamInvalidError(f"{name}: expected dtype {pool.x.dtype} (the dtype of x1), got {arr.dtype}")
+    if arr.shape != pool.out_shape:
+        raise ParamInvalidError(f"{name}: expected shape {pool.out_shape} for {pool.describe()} and x1 of shape "
+                                f"{pool.x.shape}, got {arr.shape}")
+    return arr
+
+
+def max_pool(x: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes, data_format: str = "NHWC", *,
+             num_threads: int | None = None) -> np.ndarray:
+    """2-D max pooling with TensorFlow's parameters (``tf.nn.max_pool2d``); produces the ``x2`` of
+    :func:`max_pool_grad`.
+
+    Parameters
+    ----------
+    x : array_like
+        4-D input, (N, H, W, C) for ``data_format="NHWC"`` or (N, C, H, W) for ``"NCHW"``; float32, float64,
+        float16 or bfloat16; any memory strides.
+    ksize, strides : sequence of 4 ints
+        Window size and stride in ``data_format`` order; the N and C entries must be 1, H and W positive.
+    padding : {"SAME", "VALID"}
+        TensorFlow's padding (str or bytes, case-sensitive).  VALID: ``out = ceil((in - k + 1) / s)``; SAME:
+        ``out = ceil(in / s)`` with ``max(0, (out - 1) * s + k - in)`` padding cells, ``total // 2`` before.
+        Padding cells are never selected.
+    data_format : {"NHWC", "NCHW"}
+        Logical axis order of ``x`` and of the result.
+    num_threads : int, optional
+        OpenMP threads; default ``omp_get_max_threads()`` at call time.
+
+    Returns
+    -------
+    ndarray
+        Window maxima, dtype of ``x``, in ``x``'s memory order.  Windows are clipped to the input and scanned
+        row-major; NaN beats every number (TensorFlow ignores NaNs unless a window is all NaN), and an all
+        ``-inf`` window gives ``-inf`` (TensorFlow gives the lowest finite value).
+
+    Raises
+    ------
+    ParamNullptrError
+        ``x`` is None.
+    ParamInvalidError
+        Any invalid dtype, rank, shape, parameter, or an output size below 1.
+    """
+    pool = _Pool(x, ksize, strides, padding, data_format, "x")
+    return pool.forward(resolve_num_threads(num_threads))
+
+
+def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes,
+                  data_format: str = "NHWC", *, check_orig_output: bool = False, out: np.ndarray | None = None,
+                  deterministic: bool | None = None, num_threads: int | None = None) -> np.ndarray:
+    """Gradient of :func:`max_pool` with respect to its input (``tf.raw_ops.MaxPoolGrad``, CANN ``MaxPoolGrad``).
+
+    For every output window the argmax is recomputed from ``x1`` and ``grad`` is added there; overlapping
+    windows accumulate.  The argmax rule: windows clipped to the input, scanned row-major, a cell replaces the
+    running maximum if it is greater or NaN - ties go to the first maximum, NaN beats every number, the last
+    NaN wins.  (TensorFlow's CPU kernel differs only for NaN: it takes a NaN only as the first cell of a
+    window.)
+
+    Parameters
+    ----------
+    x1 : array_like
+        The forward input, 4-D in ``data_format``; float32, float64, float16 or bfloat16; any strides.
+    x2 : array_like
+        The forward output: checked for shape (the output shape of ``x1`` and the parameters) and dtype
+        (``x1``'s); its values are not used unless ``check_orig_output``.
+    grad : array_like
+        Gradient of the forward output; shape of ``x2``, dtype of ``x1``.
+    ksize, strides : sequence of 4 ints
+        In ``data_format`` order; N and C entries 1, H and W positive.
+    padding : {"SAME", "VALID"}
+        As for :func:`max_pool` (str or bytes, case-sensitive).
+    data_format : {"NHWC", "NCHW"}
+        Logical axis order of all arrays (TensorFlow's CPU kernel supports only NHWC; both are supported here).
+    check_orig_output : bool, default False
+        Verify that ``x2`` equals the recomputed window maxima (NaN equals NaN) and raise
+        :class:`ParamInvalidError` naming the first mismatching position: catches passing the wrong tensor.
+        Costs one extra forward pass.
+    out : ndarray, optional
+        Writeable array with ``x1``'s shape and dtype sharing no memory with an input; returned.
+    deterministic : bool, optional
+        Accepted for API uniformity (None: the process-wide setting).  The kernel is always atomic-free and
+        bitwise identical for every run and thread count, so both modes give the same result.
+    num_threads : int, optional
+        OpenMP threads; default ``omp_get_max_threads()`` at call time.
+
+    Returns
+    -------
+    ndarray
+        ``grad_x1``: shape and dtype of ``x1``, in ``x1``'s memory order (or ``out``).  float16/bfloat16 are
+        accumulated in float32 and rounded once; every cell sums its contributions in output row-major order.
+
+    Raises
+    ------
+    ParamNullptrError
+        ``x1``, ``x2`` or ``grad`` is None.
+    ParamInvalidError
+        Any invalid dtype, rank, shape, parameter, an output size below 1, a bad ``out``, or (with
+        ``check_orig_output``) an ``x2`` that is not the max pooling of ``x1``.  Inputs are never modified.
+    """
+    pool = _Pool(x1, ksize, strides, padding, data_format, "x1")
+    x1 = pool.x
+    x2 = _check_like_output(x2, "x2", pool)
+    grad = _check_like_output(grad, "grad", pool)
+    check = parse_bool(check_orig_output, "check_orig_output")
+    resolve_deterministic(deterministic)          # validated; one kernel serves both modes (see docstring)
+    nthreads = resolve_num_threads(num_threads)
+    gx = prepare_out(out, x1, [("x1", x1), ("x2", x2), ("grad", grad)])
+    if x1.shape[0] == 0:
+        return gx
+    if check:
+        _check_orig_output(pool, x2, nthreads)
+    _run_grad(pool, to_nchw(grad, pool.data_format), to_nchw(gx, pool.data_format), nthreads)
+    return gx
+
+
+def _check_orig_output(pool: _Pool, x2: np.ndarray, nthreads: int) -> None:
+    y = pool.forward(nthreads)
+    a = x2.astype(np.float32) if x2.dtype.itemsize == 2 else x2      # exact widening of the 16-bit types
+    b = y.astype(np.float32) if y.dtype.itemsize == 2 else y
+    bad = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    if bad.any():
+        idx = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
+        names = "nhwc" if pool.data_format == "NHWC" else "nchw"
+        where = ", ".join(f"{k}={int(i)}" for k, i in zip(names, idx))
+        raise ParamInvalidError(
+            f"x2: expected the max pooling of x1 (check_orig_output=True), got {x2[idx]!r} instead of "
+            f"{y[idx]!r} at position ({where})")
+
+
+def _run_grad(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> None:
+    """Plan bands and rings, prepare kernel-friendly views, run the fused kernel."""
+    x4, channel = pool.kernel_x()
+    g4 = kernel_input(g4)
+    target = kernel_output(gx4, dense_hw=False)
+    N, C, H, W = x4.shape
+    win_h = int(np.max(pool.hhi - pool.hlo))
+    units = N if channel else N * C
+    row_elems = W * (C if channel else 1)
+    nb = 1
+    if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
+        nb = -(-ITEMS_PER_THREAD * nthreads // units)
+        nb = max(1, min(nb, int(H // (MIN_BAND_WINDOWS * win_h))))
+    acc = np.float64 if pool.dt == "f64" else np.float32
+    cap_rows = max(1, RING_BUDGET // (np.dtype(acc).itemsize * row_elems))
+    rows = min(win_h, -(-H // nb))
+    if rows > cap_rows:                  # huge windows and rows: smaller bands keep the ring within budget
+        rows = 1 << (cap_rows.bit_length() - 1)
+        nb = max(nb, -(-H // rows))
+    nb = min(nb, H)
+    part = (np.arange(nb + 1, dtype=np.int64) * H) // nb
+    rows = min(win_h, int(np.max(np.diff(part))))
+    ring_rows = 1 << (rows - 1).bit_length()
+    band_oa = np.searchsorted(pool.hhi, part[:-1], side="right").astype(np.int64)
+    band_ob = np.searchsorted(pool.hlo, part[1:], side="left").astype(np.int64)
+    nthreads = min(nthreads, units * nb)          # idle threads would only cost ring memory
+    scratch = np.empty((nthreads, ring_rows * row_elems), acc)
+    stream = target.nbytes >= STREAM_BYTES
+    _tf_max_pool.max_pool_grad(pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo,
+                               pool.hhi, pool.wlo, pool.whi, part, band_oa, band_ob, channel, stream, scratch,
+                               ring_rows, np.empty((nthreads, win_h), np.int32),
+                               *pool.plane_vector_run(ring_rows * W), nthreads)
+    if target is not gx4:
+        gx4[...] = target

@@ -1,0 +1,492 @@
+"""TensorFlow-compatible max_pool / max_pool_grad: versus the slow reference (dtypes, data formats, memory
+orders, SAME/VALID, overlapping and disjoint windows, threads, modes), bitwise determinism, parity with
+TensorFlow, the NaN rule, check_orig_output, 16-bit accuracy, and invalid input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pgtest
+import poolgrad as pg
+from pgtest import DTYPES, DTYPE_IDS, needs_tf, tf
+from poolgrad import _tf_max_pool, tf_max_pool
+from poolgrad.slow import tf_max_pool as slow
+from poolgrad.tf_max_pool import max_pool, max_pool_grad
+
+# (shape NCHW, ksize (h, w), strides (h, w), padding)
+CONFIGS = [
+    ((2, 3, 9, 11), (3, 3), (2, 2), "SAME"),        # k > s: overlapping windows, odd padding split
+    ((1, 5, 10, 7), (2, 3), (3, 1), "VALID"),       # mixed, k < s along H (rows skipped)
+    ((2, 4, 12, 12), (2, 2), (2, 2), "SAME"),       # k == s: disjoint
+    ((1, 2, 8, 9), (1, 1), (3, 2), "SAME"),         # 1x1 windows with gaps
+    ((1, 17, 9, 8), (4, 4), (1, 2), "SAME"),        # C = 17: a vector block plus a scalar rest
+    ((1, 70, 7, 6), (3, 2), (2, 1), "VALID"),       # C = 70: wide blocks, single vectors and a rest
+    ((2, 1, 6, 5), (6, 5), (1, 1), "VALID"),        # a single global window
+    ((1, 3, 5, 4), (7, 9), (2, 3), "SAME"),         # windows larger than the input
+]
+
+
+def _data(rng, shape, dtype, kind="normal"):
+    if kind == "ties":
+        x = rng.integers(-2, 3, size=shape).astype(np.float64)
+    elif kind == "nan":
+        x = rng.standard_normal(shape)
+        x[rng.random(shape) < 0.2] = np.nan
+    else:
+        x = rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def _p4(hw, data_format):
+    return [1, hw[0], hw[1], 1] if data_format == "NHWC" else [1, 1, hw[0], hw[1]]
+
+
+def _lay(a4, data_format):
+    return pgtest.to_layout(a4, data_format)
+
+
+def _back(a, data_format):
+    return np.asarray(pgtest.from_layout(a, data_format))
+
+
+def _grad(x4, g4, cfg, data_format, x2=None, **kw):
+    _, k, s, pad = cfg
+    x1 = _lay(x4, data_format)
+    if x2 is None:
+        x2 = max_pool(x1, _p4(k, data_format), _p4(s, data_format), pad, data_format)
+    gx = max_pool_grad(x1, x2, _lay(g4, data_format), _p4(k, data_format), _p4(s, data_format), pad,
+                       data_format, **kw)
+    return _back(gx, data_format)
+
+
+def _ref_case(rng, cfg, dtype, kind):
+    shape, k, s, pad = cfg
+    x4 = _data(rng, shape, dtype, kind)
+    y_ref = slow.max_pool(x4, k, s, pad)
+    g4 = _data(rng, y_ref.shape, dtype)
+    return x4, g4, y_ref, slow.max_pool_grad(x4, g4, k, s, pad)
+
+
+def _assert_close_to_ref(got, ref, dtype):
+    np.testing.assert_allclose(pgtest.as64(got), ref.astype(dtype).astype(np.float64), **pgtest.tolerance(dtype))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_matches_reference(cfg, dtype, data_format):
+    rng = np.random.default_rng(0)
+    _, k, s, pad = cfg
+    for kind in ("normal", "ties", "nan"):
+        x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
+        y = _back(max_pool(_lay(x4, data_format), _p4(k, data_format), _p4(s, data_format), pad, data_format),
+                  data_format)
+        assert y.dtype == dtype
+        np.testing.assert_array_equal(pgtest.as64(y), y_ref.astype(dtype).astype(np.float64))
+        for threads, det in ((1, True), (3, False), (2, None)):
+            gx = _grad(x4, g4, cfg, data_format, num_threads=threads, deterministic=det)
+            assert gx.dtype == dtype and gx.shape == x4.shape
+            _assert_close_to_ref(gx, gx_ref, dtype)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:3] + CONFIGS[5:6])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_memory_orders(cfg, dtype, data_format):
+    """Every memory order of x1 / grad / out (sliced, negative, Fortran, channels-last viewed as NCHW, ...) gives
+    the result of the contiguous call, bitwise."""
+    rng = np.random.default_rng(1)
+    _, k, s, pad = cfg
+    x4, g4, _, gx_ref = _ref_case(rng, cfg, dtype, "ties")
+    want = _grad(x4, g4, cfg, data_format)
+    _assert_close_to_ref(want, gx_ref, dtype)
+    x1 = _lay(x4, data_format)
+    g = _lay(g4, data_format)
+    kk, ss = _p4(k, data_format), _p4(s, data_format)
+    x2 = max_pool(x1, kk, ss, pad, data_format)
+    for (nx, xv), (ng, gv) in zip(pgtest.strided_variants(x1), pgtest.strided_variants(g)):
+        got = max_pool_grad(xv, x2, gv, kk, ss, pad, data_format, num_threads=2)
+        np.testing.assert_array_equal(_back(got, data_format), want, err_msg=f"x1 {nx}, grad {ng}")
+        np.testing.assert_array_equal(max_pool(xv, kk, ss, pad, data_format), x2, err_msg=nx)
+    for name, out in pgtest.strided_variants(np.zeros_like(x1)):
+        res = max_pool_grad(x1, x2, g, kk, ss, pad, data_format, out=out)
+        assert res is out
+        np.testing.assert_array_equal(_back(out, data_format), want, err_msg=f"out {name}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, pgtest.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_bitwise_deterministic_across_threads(dtype, data_format):
+    """Few planes / a batch of 1: split into row bands whose windows overlap (halo rows); every thread count, both
+    modes and every instruction-set variant give the same bits."""
+    rng = np.random.default_rng(2)
+    cases = [((1, 20, 61, 23), (3, 3), (2, 2), "SAME"), ((1, 3, 57, 40), (5, 4), (1, 3), "SAME"),
+             ((2, 9, 45, 12), (4, 2), (3, 2), "VALID")]
+    isa0 = _tf_max_pool.isa_level()
+    try:
+        for cfg in cases:
+            (N, C, H, W), k, st, pad = cfg
+            out_hw = (slow.out_size(H, k[0], st[0], pad)[0], slow.out_size(W, k[1], st[1], pad)[0])
+            x4 = _data(rng, cfg[0], dtype, "ties")
+            g4 = _data(rng, (N, C) + out_hw, dtype)
+            x2 = max_pool(_lay(x4, data_format), _p4(k, data_format), _p4(st, data_format), pad, data_format)
+            want = _grad(x4, g4, cfg, data_format, x2, num_threads=1, deterministic=True)
+            for threads in pgtest.THREADS:
+                for det in (True, False):
+                    got = _grad(x4, g4, cfg, data_format, x2, num_threads=threads, deterministic=det)
+                    assert got.tobytes() == want.tobytes(), (cfg, threads, det)
+            for level in (0, 1, 2):
+                _tf_max_pool.isa_level(level)
+                got = _grad(x4, g4, cfg, data_format, x2, num_threads=2)
+                assert got.tobytes() == want.tobytes(), (cfg, "isa", level)
+    finally:
+        _tf_max_pool.isa_level(isa0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=["f32", "f64", "f16"])
+def test_wide_rows_every_isa(dtype):
+    """Rows wide enough for full vector blocks plus a partial one, with W strides 1 (plain loads), 2 (shuffles) and
+    3 (gathers), channels-last blocks of every size: every instruction-set variant against the reference, forward
+    and backward."""
+    rng = np.random.default_rng(11)
+    cases = [((1, 2, 5, 150), (3, 3), (1, 1), "SAME"), ((1, 2, 6, 151), (3, 3), (2, 2), "SAME"),
+             ((1, 2, 5, 149), (2, 4), (1, 3), "VALID"), ((1, 1, 4, 97), (3, 2), (2, 2), "VALID"),
+             ((1, 77, 5, 6), (3, 3), (2, 1), "SAME")]
+    isa0 = _tf_max_pool.isa_level()
+    try:
+        for cfg in cases:
+            for kind in ("ties", "nan"):
+                x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
+                for level in (0, 1, 2):
+                    _tf_max_pool.isa_level(level)
+                    for data_format in ("NCHW", "NHWC"):
+                        _assert_close_to_ref(_grad(x4, g4, cfg, data_format, num_threads=2), gx_ref, dtype)
+                        y = max_pool(_lay(x4, data_format), _p4(cfg[1], data_format), _p4(cfg[2], data_format),
+                                     cfg[3], data_format, num_threads=2)
+                        np.testing.assert_array_equal(pgtest.as64(_back(y, data_format)),
+                                                      y_ref.astype(dtype).astype(np.float64))
+    finally:
+        _tf_max_pool.isa_level(isa0)
+
+
+def test_planning_limits(monkeypatch):
+    """Forced streaming stores, a tiny ring budget (more, smaller bands), the plane path for channels-last
+    memory (the giant-row fallback), many thin bands and the scalar-only plane path all give the same bits."""
+    rng = np.random.default_rng(3)
+    cfg = ((2, 19, 33, 14), (5, 3), (2, 2), "SAME")
+    x4, g4, _, gx_ref = _ref_case(rng, cfg, np.float32, "ties")
+    for data_format in ("NHWC", "NCHW"):
+        want = _grad(x4, g4, cfg, data_format, num_threads=3)
+        _assert_close_to_ref(want, gx_ref, np.float32)
+        for name, value in (("STREAM_BYTES", 0), ("RING_BUDGET", 1), ("RING_INT32", 1), ("ITEMS_PER_THREAD", 50),
+                            ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False)):
+            with monkeypatch.context() as m:
+                m.setattr(tf_max_pool, name, value)
+                got = _grad(x4, g4, cfg, data_format, num_threads=3)
+            assert got.tobytes() == want.tobytes(), (data_format, name)
+
+
+def test_nchw_equals_transposed_nhwc():
+    rng = np.random.default_rng(4)
+    for cfg in CONFIGS:
+        for dtype in (np.float32, pgtest.bfloat16):
+            x4, g4, _, _ = _ref_case(rng, cfg, dtype, "ties")
+            a = _grad(x4, g4, cfg, "NCHW")
+            b = _grad(x4, g4, cfg, "NHWC")
+            assert a.tobytes() == b.tobytes()
+
+
+def test_nan_rule():
+    """NaN beats every number and the last NaN in row-major order wins; ties go to the first maximum."""
+    def one_window(values):
+        x = np.array(values, np.float32).reshape(1, 1, 1, -1)
+        k = [1, 1, 1, x.shape[3]]
+        y = max_pool(x, k, [1, 1, 1, 1], "VALID", "NCHW")
+        gx = max_pool_grad(x, y, np.ones_like(y), k, [1, 1, 1, 1], "VALID", "NCHW")
+        return y.ravel(), gx.ravel()
+
+    nan = np.nan
+    for values, want_y, want_idx in [([1, nan, 2], nan, 1), ([nan, 1, 2], nan, 0), ([1, 2, nan], nan, 2),
+                                     ([nan, 1, nan], nan, 2), ([3, 1, 3], 3, 0), ([-np.inf, -np.inf], -np.inf, 0),
+                                     ([1, 5, 5, 2], 5, 1)]:
+        y, gx = one_window(values)
+        np.testing.assert_array_equal(y, [want_y])
+        np.testing.assert_array_equal(gx, np.eye(len(values), dtype=np.float32)[want_idx], err_msg=str(values))
+    # 2-D: row-major scan order decides between the NaN of row 0 and the NaN of row 1
+    x = np.array([[1, nan], [nan, 0]], np.float32).reshape(1, 2, 2, 1)
+    y = max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+    gx = max_pool_grad(x, y, np.full_like(y, 7), [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+    np.testing.assert_array_equal(gx.ravel(), [0, 0, 7, 0])
+
+
+def _tf_grad(x1, x2, grad, ksize, strides, padding):
+    """tf.raw_ops.MaxPoolGrad on explicit tensors (with raw NumPy inputs TensorFlow's eager dispatch can silently
+    reuse the dtype of an earlier call and compute in float32)."""
+    res = tf.raw_ops.MaxPoolGrad(orig_input=tf.constant(x1), orig_output=tf.constant(x2), grad=tf.constant(grad),
+                                 ksize=ksize, strides=strides, padding=padding).numpy()
+    assert res.dtype == x1.dtype
+    return res
+
+
+def test_nan_bits_do_not_depend_on_the_path():
+    """The forward returns the winning NaN with its payload (float32); the 16-bit types return it quiet; either way
+    every memory order and instruction-set variant gives the same bits."""
+    rng = np.random.default_rng(12)
+    x4 = rng.standard_normal((1, 20, 9, 40)).astype(np.float32)
+    payload = np.array([0x7FC01234, 0xFFA00001], np.uint32).view(np.float32)      # quiet and signalling NaNs
+    x4.reshape(-1)[rng.choice(x4.size, 60, replace=False)] = np.resize(payload, 60)
+    isa0 = _tf_max_pool.isa_level()
+    try:
+        for dtype in (np.float32, np.float16):
+            xd = x4.astype(dtype) if dtype != np.float32 else x4
+            want = None
+            for level in (0, 1, 2):
+                _tf_max_pool.isa_level(level)
+                for data_format in ("NCHW", "NHWC"):
+                    for _, xv in pgtest.strided_variants(_lay(xd, data_format)):
+                        y = _back(max_pool(xv, _p4((3, 3), data_format), _p4((2, 2), data_format), "SAME",
+                                           data_format), data_format)
+                        want = y if want is None else want
+                        assert y.tobytes() == want.tobytes(), (dtype, level, data_format)
+            if dtype == np.float32:
+                assert set(want.view(np.uint32)[np.isnan(want)].tolist()) == {0x7FC01234, 0xFFA00001}
+    finally:
+        _tf_max_pool.isa_level(isa0)
+
+
+@needs_tf
+@pytest.mark.parametrize("cfg", [((2, 5, 13, 11), (3, 3), (2, 2), "SAME"), ((2, 5, 13, 11), (3, 3), (2, 2), "VALID"),
+                                 ((1, 8, 12, 10), (2, 2), (2, 2), "SAME"), ((3, 4, 9, 14), (2, 4), (3, 3), "VALID"),
+                                 ((1, 33, 16, 9), (4, 3), (1, 1), "SAME"), ((2, 6, 10, 10), (1, 2), (3, 2), "SAME")])
+def test_matches_tensorflow(cfg):
+    """float32 NHWC without NaN, many ties: TensorFlow sums each cell in output row-major order too, so the results
+    agree bitwise, forward and backward."""
+    rng = np.random.default_rng(5)
+    shape, k, s, pad = cfg
+    kk, ss = _p4(k, "NHWC"), _p4(s, "NHWC")
+    for kind in ("ties", "normal"):
+        x = _lay(_data(rng, shape, np.float32, kind), "NHWC")
+        y_tf = tf.nn.max_pool2d(tf.constant(x), kk, ss, pad).numpy()
+        assert y_tf.dtype == np.float32
+        y = max_pool(x, kk, ss, pad)
+        np.testing.assert_array_equal(y, y_tf)
+        g = rng.standard_normal(y.shape).astype(np.float32)
+        gx_tf = _tf_grad(x, y_tf, g, kk, ss, pad)
+        for threads in (1, 2, 3):
+            gx = max_pool_grad(x, y, g, kk, ss, pad, num_threads=threads)
+            assert gx.tobytes() == gx_tf.tobytes(), (kind, threads)
+    # bytes padding is accepted, as in TensorFlow's raw ops
+    np.testing.assert_array_equal(max_pool_grad(x, y, g, kk, ss, pad.encode()), gx)
+
+
+@needs_tf
+def test_tensorflow_nan_rule_differs_as_documented():
+    """TensorFlow's MaxPoolGrad takes a NaN only as the first cell of a window: the slow reference's "tf" rule
+    reproduces it exactly, and poolgrad follows the spec's rule instead."""
+    rng = np.random.default_rng(6)
+    cfg = ((2, 3, 11, 10), (3, 3), (2, 2), "SAME")
+    x4, g4, _, gx_ref = _ref_case(rng, cfg, np.float32, "nan")
+    x, g = _lay(x4, "NHWC"), _lay(g4, "NHWC")
+    kk, ss = _p4(cfg[1], "NHWC"), _p4(cfg[2], "NHWC")
+    gx_tf = _back(_tf_grad(x, max_pool(x, kk, ss, "SAME"), g, kk, ss, "SAME"), "NHWC")
+    np.testing.assert_allclose(gx_tf, slow.max_pool_grad(x4, g4, *cfg[1:], nan_rule="tf"), rtol=1e-6, atol=1e-6)
+    got = _grad(x4, g4, cfg, "NHWC")
+    _assert_close_to_ref(got, gx_ref, np.float32)
+    assert not np.array_equal(got, gx_tf)
+
+
+def test_check_orig_output():
+    rng = np.random.default_rng(7)
+    cfg = ((2, 3, 9, 11), (3, 3), (2, 2), "SAME")
+    for data_format in ("NHWC", "NCHW"):
+        for dtype in (np.float32, pgtest.bfloat16):
+            x4, g4, _, gx_ref = _ref_case(rng, cfg, dtype, "nan")
+            x1, g = _lay(x4, data_format), _lay(g4, data_format)
+            kk, ss = _p4(cfg[1], data_format), _p4(cfg[2], data_format)
+            x2 = max_pool(x1, kk, ss, "SAME", data_format)
+            assert np.isnan(pgtest.as64(x2)).any()          # NaN equals NaN for the check
+            gx = max_pool_grad(x1, x2, g, kk, ss, "SAME", data_format, check_orig_output=True)
+            _assert_close_to_ref(_back(gx, data_format), gx_ref, dtype)
+            bad = x2.copy()
+            flat = bad.reshape(-1)
+            pos = int(np.flatnonzero(~np.isnan(pgtest.as64(flat)))[3])
+            flat[pos] = flat[pos] + np.asarray(1, dtype)
+            where = np.unravel_index(pos, bad.shape)
+            names = "nhwc" if data_format == "NHWC" else "nchw"
+            expect = ", ".join(f"{n}={int(i)}" for n, i in zip(names, where))
+            for wrong in (bad, g):                                   # a perturbed x2; grad passed as x2
+                arrays = {"x1": x1, "x2": wrong, "grad": g}
+                before = pgtest.snapshot(arrays)
+                with pytest.raises(pg.ParamInvalidError) as info:
+                    max_pool_grad(x1, wrong, g, kk, ss, "SAME", data_format, check_orig_output=True)
+                assert info.value.code == 161002 and "x2" in str(info.value)
+                pgtest.assert_untouched(before, arrays)
+            assert expect in str(pytest.raises(pg.ParamInvalidError, max_pool_grad, x1, bad, g, kk, ss, "SAME",
+                                               data_format, check_orig_output=True).value)
+            # unchecked, x2's values are not used
+            gx2 = max_pool_grad(x1, g, g, kk, ss, "SAME", data_format)
+            assert gx2.tobytes() == gx.tobytes()
+
+
+@needs_tf
+def test_16bit_more_accurate_than_tensorflow():
+    """Many overlapping windows (k=6, s=1) pile up to 36 gradients on one cell: float32 accumulation rounded once
+    beats TensorFlow's float16 accumulation (and bfloat16 accumulation, emulated) against float64."""
+    rng = np.random.default_rng(8)
+    cfg = ((1, 4, 24, 24), (6, 6), (1, 1), "SAME")
+    x4 = rng.integers(0, 4, size=cfg[0]).astype(np.float16)  # few distinct values: big tie groups
+    ref = slow.max_pool(x4, *cfg[1:])
+    g4 = (rng.random(ref.shape) + 0.5).astype(np.float16)
+    exact = slow.max_pool_grad(x4, g4, *cfg[1:])
+    ours = _grad(x4, g4, cfg, "NHWC").astype(np.float64)
+    x, g = _lay(x4, "NHWC"), _lay(g4, "NHWC")
+    kk, ss = _p4(cfg[1], "NHWC"), _p4(cfg[2], "NHWC")
+    theirs = _tf_grad(x, max_pool(x, kk, ss, "SAME"), g, kk, ss, "SAME")
+    assert theirs.dtype == np.float16                 # TensorFlow's native half kernel ran
+    theirs = _back(theirs, "NHWC").astype(np.float64)
+    err_ours, err_tf = np.abs(ours - exact).max(), np.abs(theirs - exact).max()
+    assert err_ours < err_tf, (err_ours, err_tf)
+    # the float32 sums of at most 36 such values are exact, so the result is the exact sum rounded once
+    np.testing.assert_array_equal(ours, exact.astype(np.float16).astype(np.float64))
+    # bfloat16: versus summing in bfloat16
+    xb, gb = x4.astype(pgtest.bfloat16), g4.astype(pgtest.bfloat16)
+    exact_b = slow.max_pool_grad(xb, gb, *cfg[1:])
+    ours_b = _grad(xb, gb, cfg, "NCHW").astype(np.float64)
+    naive_b = slow.max_pool_grad(xb, gb, *cfg[1:], acc_dtype=pgtest.bfloat16).astype(np.float64)
+    assert np.abs(ours_b - exact_b).max() < np.abs(naive_b - exact_b).max()
+    np.testing.assert_array_equal(ours_b, exact_b.astype(pgtest.bfloat16).astype(np.float64))
+
+
+def test_empty_batch_and_sizes():
+    x = np.zeros((0, 5, 5, 3), np.float32)
+    y = max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+    assert y.shape == (0, 3, 3, 3)
+    gx = max_pool_grad(x, y, y, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+    assert gx.shape == x.shape and gx.dtype == x.dtype
+    # output sizes: VALID ceil((in - k + 1) / s), SAME ceil(in / s)
+    x = np.zeros((1, 10, 7, 1), np.float32)
+    assert max_pool(x, [1, 3, 2, 1], [1, 3, 2, 1], "VALID").shape == (1, 3, 3, 1)
+    assert max_pool(x, [1, 3, 2, 1], [1, 3, 2, 1], "SAME").shape == (1, 4, 4, 1)
+    assert max_pool(x, [1, 10, 7, 1], [1, 1, 1, 1], "VALID").shape == (1, 1, 1, 1)
+
+
+def test_num_threads_default_and_modes():
+    rng = np.random.default_rng(9)
+    cfg = ((2, 3, 9, 11), (3, 3), (2, 2), "SAME")
+    x4, g4, _, gx_ref = _ref_case(rng, cfg, np.float32, "normal")
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="openmp"):
+        _assert_close_to_ref(_grad(x4, g4, cfg, "NHWC"), gx_ref, np.float32)
+    with pg.deterministic(True):
+        _assert_close_to_ref(_grad(x4, g4, cfg, "NCHW"), gx_ref, np.float32)
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+def _valid_args():
+    x1 = np.arange(2 * 6 * 5 * 3, dtype=np.float32).reshape(2, 6, 5, 3)
+    x2 = max_pool(x1, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+    grad = np.ones_like(x2)
+    return dict(x1=x1, x2=x2, grad=grad, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME",
+                data_format="NHWC")
+
+
+BAD = [
+    # (overrides, error class, text expected in the message)
+    (dict(x1=None), pg.ParamNullptrError, "x1"),
+    (dict(x2=None), pg.ParamNullptrError, "x2"),
+    (dict(grad=None), pg.ParamNullptrError, "grad"),
+    (dict(x1=[[1.0]]), pg.ParamInvalidError, "x1"),
+    (dict(ksize=[1, 2, 2]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, 2, 2, 1, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[2, 2, 2, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, 2, 2, 2]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, 0, 2, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, 2, -1, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, 2.0, 2, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, True, 2, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=2), pg.ParamInvalidError, "ksize"),
+    (dict(ksize="1221"), pg.ParamInvalidError, "ksize"),
+    (dict(ksize=[1, 2 ** 40, 2, 1]), pg.ParamInvalidError, "ksize"),
+    (dict(strides=[1, 2, 2]), pg.ParamInvalidError, "strides"),
+    (dict(strides=[1, 2, 2, 2]), pg.ParamInvalidError, "strides"),
+    (dict(strides=[1, 0, 2, 1]), pg.ParamInvalidError, "strides"),
+    (dict(strides=[1, 2, -2, 1]), pg.ParamInvalidError, "strides"),
+    (dict(strides=[1, 2, None, 1]), pg.ParamInvalidError, "strides"),
+    (dict(padding="same"), pg.ParamInvalidError, "padding"),
+    (dict(padding="EXPLICIT"), pg.ParamInvalidError, "padding"),
+    (dict(padding=b"valid"), pg.ParamInvalidError, "padding"),
+    (dict(padding=1), pg.ParamInvalidError, "padding"),
+    (dict(data_format="NWHC"), pg.ParamInvalidError, "data_format"),
+    (dict(data_format="nhwc"), pg.ParamInvalidError, "data_format"),
+    (dict(x2=np.ones((2, 3, 3, 2), np.float32)), pg.ParamInvalidError, "x2"),
+    (dict(grad=np.ones((2, 3, 2, 3), np.float32)), pg.ParamInvalidError, "grad"),
+    (dict(x2=np.ones((2, 3, 3, 3), np.float64)), pg.ParamInvalidError, "x2"),
+    (dict(grad=np.ones((2, 3, 3, 3), np.float16)), pg.ParamInvalidError, "grad"),
+    (dict(grad=np.ones((2, 3, 3, 3, 1), np.float32)), pg.ParamInvalidError, "grad"),
+    (dict(x1=np.ones((6, 5, 3), np.float32)), pg.ParamInvalidError, "x1"),
+    (dict(x1=np.ones((1, 2, 6, 5, 3), np.float32)), pg.ParamInvalidError, "x1"),
+    (dict(x1=np.ones((2, 6, 5, 3), np.int32)), pg.ParamInvalidError, "x1"),
+    (dict(x1=np.ones((2, 6, 5, 0), np.float32)), pg.ParamInvalidError, "x1"),
+    (dict(x1=np.ones((2, 0, 5, 3), np.float32)), pg.ParamInvalidError, "x1"),
+    (dict(ksize=[1, 7, 2, 1], padding="VALID"), pg.ParamInvalidError, "too small"),
+    (dict(check_orig_output="yes"), pg.ParamInvalidError, "check_orig_output"),
+    (dict(num_threads=0), pg.ParamInvalidError, "num_threads"),
+    (dict(num_threads=-1), pg.ParamInvalidError, "num_threads"),
+    (dict(deterministic="no"), pg.ParamInvalidError, "deterministic"),
+    (dict(out=np.empty((2, 6, 5, 3), np.float64)), pg.ParamInvalidError, "out"),
+    (dict(out=np.empty((2, 6, 5, 4), np.float32)), pg.ParamInvalidError, "out"),
+]
+
+
+@pytest.mark.parametrize("over, cls, text", BAD, ids=[f"{i}:{t}" for i, (_, _, t) in enumerate(BAD)])
+def test_invalid_grad_arguments(over, cls, text):
+    args = _valid_args()
+    args.update(over)
+    before = pgtest.snapshot(args)
+    with pytest.raises(cls) as info:
+        max_pool_grad(**args)
+    assert info.value.code == (161001 if cls is pg.ParamNullptrError else 161002)
+    assert text in str(info.value)
+    pgtest.assert_untouched(before, args)
+
+
+def test_invalid_out_aliasing_and_forward_arguments():
+    args = _valid_args()
+    before = pgtest.snapshot(args)
+    for alias in (args["x1"], args["x1"][:, :, :, ::-1]):
+        with pytest.raises(pg.ParamInvalidError, match="out: must not share memory with x1"):
+            max_pool_grad(**args, out=alias)
+    with pytest.raises(pg.ParamInvalidError, match="out: expected a writeable"):
+        ro = np.empty_like(args["x1"])
+        ro.flags.writeable = False
+        max_pool_grad(**args, out=ro)
+    pgtest.assert_untouched(before, args)
+    x = args["x1"]
+    for kw, cls, text in [(dict(x=None), pg.ParamNullptrError, "x"),
+                          (dict(ksize=[1, 2, 2, 2]), pg.ParamInvalidError, "ksize"),
+                          (dict(strides=[2, 1, 1, 1]), pg.ParamInvalidError, "strides"),
+                          (dict(padding="Same"), pg.ParamInvalidError, "padding"),
+                          (dict(data_format="CHWN"), pg.ParamInvalidError, "data_format"),
+                          (dict(x=x[0]), pg.ParamInvalidError, "x"),
+                          (dict(ksize=[1, 1, 9, 1], padding="VALID"), pg.ParamInvalidError, "too small")]:
+        call = dict(x=x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME")
+        call.update(kw)
+        with pytest.raises(cls, match=text) as info:
+            max_pool(**call)
+        assert info.value.code == (161001 if cls is pg.ParamNullptrError else 161002)
+    pgtest.assert_untouched(before, args)
+
+
+def test_messages_name_expected_and_given():
+    args = _valid_args()
+    args["grad"] = np.ones((2, 3, 2, 3), np.float32)
+    with pytest.raises(pg.ParamInvalidError) as info:
+        max_pool_grad(**args)
+    msg = str(info.value)
+    assert "grad: expected shape (2, 3, 3, 3)" in msg and "got (2, 3, 2, 3)" in msg and "ksize" in msg
+    args = _valid_args()
+    with pytest.raises(pg.ParamInvalidError) as info:
+        max_pool_grad(**{**args, "ksize": [1, 2, 2, 3]})
+    assert "ksize" in str(info.value) and "(1, 2, 2, 3)" in str(info.value)
