@@ -57,9 +57,13 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         rows = int(np.max(np.diff(part)))
         scratch = np.empty((nthreads, rows * row_elems) if narrow else (1, 1), np.float32)
     flags = np.zeros(units * (len(part) - 1), np.int8)
-    _max_pool.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob, channel,
-                               not use_atomic, scratch, flags, nthreads)
-    if flags.any():
+    # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
+    # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
+    empty_window = bool(np.any(row_hi <= row_lo))
+    if not empty_window:
+        _max_pool.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob, channel,
+                                   not use_atomic, scratch, flags, nthreads)
+    if empty_window or flags.any():
         # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
         # plane exactly and deterministically, range-checking as we go.
         scratch = np.empty((nthreads, H * W) if narrow else (1, 1), np.float32)

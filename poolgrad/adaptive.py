@@ -74,7 +74,8 @@ def adaptive_max_pool2d(x: Any, output_size: int | Sequence[int | None], *, layo
     x4 = to_nchw(x, layout)
     H, W = x4.shape[2], x4.shape[3]
     out_hw = _parse_output_size(output_size, (H, W))
-    return argmax_pool(x, x4, dt, layout, adaptive_windows(H, out_hw[0]), adaptive_windows(W, out_hw[1]),
+    return argmax_pool(x, x4, dt, layout,
+                       lambda: (adaptive_windows(H, out_hw[0]), adaptive_windows(W, out_hw[1])),
                        (1, 1), out_hw, index_dtype, nthreads)
 
 

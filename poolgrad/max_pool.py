@@ -1,7 +1,9 @@
 """Max pooling with argmax indices (PyTorch semantics): ``max_pool2d_with_indices`` and its backward."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import functools
 
 import numpy as np
 
@@ -82,40 +84,52 @@ class PoolParams:
         if min(self.out) < 1:
             raise ParamInvalidError(
                 f"x: output size is too small: input (H, W) = {(H, W)} with {self.describe()} gives {self.out}")
-        self.win_h = pool_windows(H, self.out[0], self.kernel[0], self.stride[0], self.padding[0],
-                                  self.dilation[0])
-        self.win_w = pool_windows(W, self.out[1], self.kernel[1], self.stride[1], self.padding[1],
-                                  self.dilation[1])
+        self.hw = (H, W)
+
+    # Window tables are built on first use, so a forward allocates its (possibly impossible) output first.
+    @functools.cached_property
+    def win_h(self) -> dict[str, np.ndarray]:
+        return pool_windows(self.hw[0], self.out[0], self.kernel[0], self.stride[0], self.padding[0],
+                            self.dilation[0])
+
+    @functools.cached_property
+    def win_w(self) -> dict[str, np.ndarray]:
+        return pool_windows(self.hw[1], self.out[1], self.kernel[1], self.stride[1], self.padding[1],
+                            self.dilation[1])
 
     def describe(self) -> str:
         return (f"kernel_size={self.kernel}, stride={self.stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str, win_h: dict, win_w: dict,
-                step: tuple[int, int], out_hw: tuple[int, int], index_dtype: Any, nthreads: int,
-                want_indices: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """Shared forward: window max and flat argmax for any per-axis window tables."""
+def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str,
+                windows: Callable[[], tuple[dict, dict]], step: tuple[int, int], out_hw: tuple[int, int],
+                index_dtype: Any, nthreads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shared forward: window max and flat argmax for any per-axis window tables.
+
+    ``windows()`` builds the (height, width) tables; it is called after the outputs are allocated, so an
+    output size that cannot exist fails in the allocation before any table of that length is built.
+    """
+    try:
+        idt = np.dtype(index_dtype)
+    except (TypeError, ValueError):
+        raise ParamInvalidError(f"index_dtype: expected int32 or int64, got {index_dtype!r}") from None
+    if idt not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise ParamInvalidError(f"index_dtype: expected int32 or int64, got {idt}")
+    it = check_index_dtype(np.empty(0, idt), "index_dtype", x4.shape[2] * x4.shape[3])
+    shape = logical_shape(x, layout, x4.shape[1], *out_hw)
+    y = alloc_like_order(x, shape, x.dtype)
+    ind = alloc_like_order(x, shape, idt)
+    win_h, win_w = windows()
     if np.any(win_h["count"] == 0) or np.any(win_w["count"] == 0):
         raise ParamInvalidError("x: some pooling window contains no input cell (padding and dilation leave "
                                 "it entirely outside the input)")
-    idt = np.dtype(index_dtype) if want_indices else np.dtype(np.int64)
-    H, W = x4.shape[2], x4.shape[3]
-    if want_indices:
-        if idt not in (np.dtype(np.int32), np.dtype(np.int64)):
-            raise ParamInvalidError(f"index_dtype: expected int32 or int64, got {idt}")
-        it = check_index_dtype(np.empty(0, idt), "index_dtype", H * W)
-    else:
-        it = "i64"
-    shape = logical_shape(x, layout, x4.shape[1], *out_hw)
-    y = alloc_like_order(x, shape, x.dtype)
-    ind = alloc_like_order(x, shape, idt) if want_indices else None
     if x4.shape[0] == 0:
         return y, ind
     xk = kernel_view(kernel_input(x4))
     y4 = kernel_view(to_nchw(y, layout))
     nthreads = threads_for(y.size * int(win_h["count"].max()) * int(win_w["count"].max()), nthreads)
-    ind4 = to_nchw(ind, layout) if want_indices else None
+    ind4 = to_nchw(ind, layout)
     _max_pool.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
                              win_w["start"], win_w["count"], step[1], channel_inner(xk), nthreads)
     return y, ind
@@ -156,7 +170,8 @@ def max_pool2d_with_indices(x: Any, kernel_size: IntOrPair, stride: IntOrPair | 
     nthreads = resolve_num_threads(num_threads)
     x4 = to_nchw(x, layout)
     pp = PoolParams(x4, kernel_size, stride, padding, dilation, ceil_mode)
-    return argmax_pool(x, x4, dt, layout, pp.win_h, pp.win_w, pp.dilation, pp.out, index_dtype, nthreads)
+    return argmax_pool(x, x4, dt, layout, lambda: (pp.win_h, pp.win_w), pp.dilation, pp.out, index_dtype,
+                       nthreads)
 
 
 def max_pool2d_with_indices_backward(grad_output: Any, x: Any, indices: Any, kernel_size: IntOrPair,

@@ -182,13 +182,28 @@ def _frozen(tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return tables
 
 
-@functools.lru_cache(maxsize=256)
+# Window tables up to this length are cached (they are read-only): small calls in a loop then skip rebuilding
+# them.  Longer ones are rebuilt, so an absurd output size cannot pin memory in the cache.
+_CACHE_MAX_LEN = 1 << 16
+
+
 def pool_windows(size: int, out: int, k: int, s: int, p: int, d: int) -> dict[str, np.ndarray]:
-    """Per-output windows along one axis of a torch-style pooling (cached; the arrays are read-only).
+    """Per-output windows along one axis of a torch-style pooling (read-only arrays, cached when short).
 
     Returns ``start`` (first valid input cell), ``count`` (number of valid cells, step ``d``), and the input
     range ``lo``/``hi`` (``[lo, hi)`` spans the valid cells; empty if there are none).
     """
+    if out <= _CACHE_MAX_LEN:
+        return _pool_windows_cached(size, out, k, s, p, d)
+    return _pool_windows(size, out, k, s, p, d)
+
+
+@functools.lru_cache(maxsize=256)
+def _pool_windows_cached(size: int, out: int, k: int, s: int, p: int, d: int) -> dict[str, np.ndarray]:
+    return _pool_windows(size, out, k, s, p, d)
+
+
+def _pool_windows(size: int, out: int, k: int, s: int, p: int, d: int) -> dict[str, np.ndarray]:
     o = np.arange(out, dtype=np.int64)
     first = o * s - p
     skip = np.where(first < 0, (-first + d - 1) // d, 0)          # lattice cells before the input
@@ -200,12 +215,28 @@ def pool_windows(size: int, out: int, k: int, s: int, p: int, d: int) -> dict[st
     return _frozen({"start": start, "count": count, "lo": lo, "hi": hi})
 
 
-@functools.lru_cache(maxsize=256)
 def adaptive_windows(size: int, out: int) -> dict[str, np.ndarray]:
-    """Adaptive pooling windows ``[floor(i*L/Lo), ceil((i+1)*L/Lo))`` in exact integer arithmetic."""
-    i = np.arange(out, dtype=object)  # Python ints: i*L cannot overflow whatever the sizes
-    start = np.array([(v * size) // out for v in i], dtype=np.int64)
-    end = np.array([-((-(v + 1) * size) // out) for v in i], dtype=np.int64)
+    """Adaptive pooling windows ``[floor(i*L/Lo), ceil((i+1)*L/Lo))`` in exact integer arithmetic (read-only
+    arrays, cached when short)."""
+    if out <= _CACHE_MAX_LEN:
+        return _adaptive_windows_cached(size, out)
+    return _adaptive_windows(size, out)
+
+
+@functools.lru_cache(maxsize=256)
+def _adaptive_windows_cached(size: int, out: int) -> dict[str, np.ndarray]:
+    return _adaptive_windows(size, out)
+
+
+def _adaptive_windows(size: int, out: int) -> dict[str, np.ndarray]:
+    if (out + 1) * size < 2 ** 62:      # int64 products are exact
+        i = np.arange(out + 1, dtype=np.int64)
+        start = (i[:-1] * size) // out
+        end = -((-i[1:] * size) // out)
+    else:                               # Python ints (object arrays) for sizes beyond that
+        i = np.arange(out + 1, dtype=object)
+        start = ((i[:-1] * size) // out).astype(np.int64)
+        end = (-((-i[1:] * size) // out)).astype(np.int64)
     return _frozen({"start": start, "count": end - start, "lo": start, "hi": end})
 
 
