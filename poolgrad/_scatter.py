@@ -1,10 +1,10 @@
 """Planning and driving the index-scatter backward shared by max_pool2d_with_indices_backward and
-adaptive_max_pool2d_backward (kernels in ``_max_pool.pyx``)."""
+adaptive_max_pool2d_backward (kernels in ``_max_pool_indices.pyx``)."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import _max_pool
+from . import _max_pool_indices
 from .config import threads_for
 from .errors import ParamInvalidError
 
@@ -61,14 +61,14 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
     empty_window = bool(np.any(row_hi <= row_lo))
     if not empty_window:
-        _max_pool.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob, channel,
+        _max_pool_indices.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob, channel,
                                    not use_atomic, scratch, flags, nthreads)
     if empty_window or flags.any():
         # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
         # plane exactly and deterministically, range-checking as we go.
         scratch = np.empty((nthreads, H * W) if narrow else (1, 1), np.float32)
         badpos = np.empty(N * C, np.int64)
-        _max_pool.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
+        _max_pool_indices.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
         bad = np.flatnonzero(badpos >= 0)
         if bad.size:
             plane = int(bad[0])

@@ -1,7 +1,7 @@
 """Adaptive max pooling (PyTorch semantics): ``adaptive_max_pool2d`` and its backward (seed 001).
 
 Window ``i`` along an axis of input length ``L`` and output length ``Lo`` covers
-``[floor(i*L/Lo), ceil((i+1)*L/Lo))``; the kernels are the ones of :mod:`poolgrad.max_pool` with these windows.
+``[floor(i*L/Lo), ceil((i+1)*L/Lo))``; the kernels are the ones of :mod:`poolgrad.max_pool_indices` with these windows.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import ParamInvalidError
-from .max_pool import (argmax_pool, check_grad_like, check_indices, check_input, logical_shape,
+from .max_pool_indices import (argmax_pool, check_grad_like, check_indices, check_input, logical_shape,
                        scatter_backward)
 from .config import resolve_num_threads
 from .params import MAX_PARAM, adaptive_windows, as_array, check_rank, to_nchw

@@ -160,7 +160,7 @@ def _layout(a4: np.ndarray, layout: str) -> np.ndarray:
 def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, layout: str, dtype: str,
                            threads: int, deterministic: bool, index_dtype: Any = np.int64) -> Case:
     """``max_pool2d_with_indices_backward`` versus ``torch.ops.aten.max_pool2d_with_indices_backward``."""
-    from .max_pool import max_pool2d_with_indices, max_pool2d_with_indices_backward
+    from .max_pool_indices import max_pool2d_with_indices, max_pool2d_with_indices_backward
 
     def make(nt: int) -> dict:
         rng = np.random.default_rng(0)

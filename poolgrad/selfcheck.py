@@ -16,8 +16,8 @@ def _close(got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> bool:
 
 
 def _check_max_pool(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
-    from . import max_pool
-    from .slow import max_pool as ref
+    from . import max_pool_indices as max_pool
+    from .slow import max_pool_indices as ref
     x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
     x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
     y, ind = max_pool.max_pool2d_with_indices(x, 3, 2, 1, layout=layout)
@@ -65,9 +65,45 @@ def _check_elementwise(rng: np.random.Generator, dtype: np.dtype, layout: str) -
     return np.ascontiguousarray(got).tobytes() == want.tobytes()
 
 
+def _check_avg(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
+    from . import avg_pool
+    from .slow import avg_pool as ref
+    x4 = rng.standard_normal((2, 3, 13, 11)).astype(dtype)
+    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    y = avg_pool.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False, layout=layout)
+    y4 = y.transpose(0, 3, 1, 2) if layout == "NHWC" else y
+    ok = _close(y4, ref.avg_pool2d(x4, (3, 3), (2, 2), (1, 1), True, False, None), dtype)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    want = ref.avg_pool2d_backward(go4, x4.shape, (3, 3), (2, 2), (1, 1), True, False, None, 0)
+    for det in (True, False):
+        g = avg_pool.avg_pool2d_backward(go, x, 3, 2, 1, ceil_mode=True, count_include_pad=False, layout=layout,
+                                         deterministic=det)
+        ok &= _close(g.transpose(0, 3, 1, 2) if layout == "NHWC" else g, want, dtype)
+    return ok
+
+
+def _check_tf(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
+    from . import tf_max_pool
+    from .slow import tf_max_pool as ref
+    x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
+    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    ksize, strides = ([1, 3, 3, 1], [1, 2, 2, 1]) if layout == "NHWC" else ([1, 1, 3, 3], [1, 1, 2, 2])
+    y = tf_max_pool.max_pool(x, ksize, strides, "SAME", data_format=layout)
+    y4 = y.transpose(0, 3, 1, 2) if layout == "NHWC" else y
+    ok = _close(y4, ref.max_pool(x4, (3, 3), (2, 2), "SAME"), dtype)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    want = ref.max_pool_grad(x4, go4, (3, 3), (2, 2), "SAME")
+    g = tf_max_pool.max_pool_grad(x, y, go, ksize, strides, "SAME", data_format=layout, check_orig_output=True)
+    return ok & _close(g.transpose(0, 3, 1, 2) if layout == "NHWC" else g, want, dtype)
+
+
 CHECKS: list[tuple[str, Callable[[np.random.Generator, np.dtype, str], bool]]] = [
     ("max_pool2d_with_indices(+backward)", _check_max_pool),
     ("adaptive_max_pool2d(+backward)", _check_adaptive),
+    ("avg_pool2d(+backward)", _check_avg),
+    ("max_pool / max_pool_grad (TensorFlow)", _check_tf),
     ("max_pooling_grad", _check_elementwise),
 ]
 

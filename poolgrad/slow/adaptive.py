@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .max_pool import max_pool2d_with_indices_backward as _scatter
+from .max_pool_indices import max_pool2d_with_indices_backward as _scatter
 
 
 def _window(i: int, size: int, out: int) -> range:

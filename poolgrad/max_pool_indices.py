@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from . import _max_pool
+from . import _max_pool_indices
 from ._scatter import channel_inner, scatter_grad
 from .config import resolve_deterministic, resolve_num_threads, threads_for
 from .dtypes import kernel_view
@@ -130,7 +130,7 @@ def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str,
     y4 = kernel_view(to_nchw(y, layout))
     nthreads = threads_for(y.size * int(win_h["count"].max()) * int(win_w["count"].max()), nthreads)
     ind4 = to_nchw(ind, layout)
-    _max_pool.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
+    _max_pool_indices.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
                              win_w["start"], win_w["count"], step[1], channel_inner(xk), nthreads)
     return y, ind
 

@@ -1,0 +1,365 @@
+"""Average pooling (PyTorch semantics): ``avg_pool2d`` and its backward ``avg_pool2d_backward``
+(``aclnnAvgPool2dBackward``, with CANN's ``cube_math_type``)."""
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _avg_pool
+from ._scatter import _parts, channel_inner
+from .config import resolve_deterministic, resolve_num_threads, threads_for
+from .dtypes import kernel_view, round_hf32
+from .errors import ParamInvalidError
+from .max_pool_indices import PoolParams, check_grad_like, check_input, logical_shape
+from .params import (alloc_like_order, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
+                     to_nchw)
+
+__all__ = ["avg_pool2d", "avg_pool2d_backward", "CUBE_MATH_TYPES"]
+
+IntOrPair = int | Sequence[int]
+
+#: ``cube_math_type`` values (CANN's names).
+CUBE_MATH_TYPES = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16", 3: "USE_HF32"}
+
+# How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in).
+_MODE_DIV, _MODE_MUL, _MODE_HF32, _MODE_F16 = 0, 1, 2, 3
+
+_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+# Backward work items: one plane (or channels-last image), split into row bands only when there are fewer than
+# ITEMS_PER_THREAD items per thread (items are handed out dynamically, so a thread that the OS delays does not
+# hold up the others for long).
+ITEMS_PER_THREAD = 8
+# grad_x at least this big is written with streaming stores (it would not stay in cache anyway, and a streaming
+# store does not first read the line it writes).
+STREAM_MIN_BYTES = 8 << 20
+# Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
+# W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
+DV_REPEAT_MAX = 1 << 20
+
+
+def _parse_divisor(value: Any) -> int:
+    """None or 0 (not used) or a non-zero int64 (negative allowed, as in PyTorch); bools are refused."""
+    if value is None:
+        return 0
+    if isinstance(value, (bool, np.bool_)):
+        raise ParamInvalidError(f"divisor_override: expected None or an int, got {value!r}")
+    try:
+        d = operator.index(value)
+    except TypeError:
+        raise ParamInvalidError(f"divisor_override: expected None or an int, got {value!r}") from None
+    if not _INT64_MIN <= d <= _INT64_MAX:
+        raise ParamInvalidError(f"divisor_override: expected an int64 value, got {d}")
+    return d
+
+
+def _parse_cube_math_type(value: Any, x: np.ndarray, dt: str) -> int:
+    """0-3 (bools refused), and the dtype restrictions of USE_HF32 (float32 only) and USE_FP16 (no bfloat16)."""
+    want = ", ".join(f"{k} ({v})" for k, v in CUBE_MATH_TYPES.items())
+    if isinstance(value, (bool, np.bool_)):
+        raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {value!r}")
+    try:
+        mode = operator.index(value)
+    except TypeError:
+        raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {value!r}") from None
+    if mode not in CUBE_MATH_TYPES:
+        raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {mode}")
+    if mode == 3 and dt != "f32":
+        raise ParamInvalidError(f"cube_math_type: 3 (USE_HF32) expects float32 input, got x of dtype {x.dtype}")
+    if mode == 2 and dt == "bf16":
+        raise ParamInvalidError(f"cube_math_type: 2 (USE_FP16) does not support bfloat16 input, got x of "
+                                f"dtype {x.dtype}")
+    return mode
+
+
+class _AvgParams:
+    """Parsed and validated avg-pooling parameters (the output size comes from :class:`PoolParams`)."""
+
+    def __init__(self, x4: np.ndarray, kernel_size: Any, stride: Any, padding: Any, ceil_mode: Any,
+                 count_include_pad: Any, divisor_override: Any) -> None:
+        pp = PoolParams(x4, kernel_size, stride, padding, 1, ceil_mode, max_padding="avg")
+        self.kernel, self.stride, self.padding, self.ceil_mode = pp.kernel, pp.stride, pp.padding, pp.ceil_mode
+        self.out = pp.out
+        self.size = (int(x4.shape[2]), int(x4.shape[3]))
+        self.count_include_pad = parse_bool(count_include_pad, "count_include_pad")
+        self.divisor_override = _parse_divisor(divisor_override)
+
+    def describe(self) -> str:
+        return (f"kernel_size={self.kernel}, stride={self.stride}, padding={self.padding}, "
+                f"ceil_mode={self.ceil_mode}")
+
+    def key(self) -> tuple:
+        """Everything the tables below depend on (hashable, for the table cache)."""
+        return (self.size, self.out, self.kernel, self.stride, self.padding, self.count_include_pad,
+                self.divisor_override)
+
+
+def _acc_dtype(dt: str) -> np.dtype:
+    return np.dtype(np.float64 if dt == "f64" else np.float32)
+
+
+def _kernel_mode(cube: int, dt: str) -> int:
+    if cube in (1, 3) and dt == "f32":
+        return _MODE_HF32
+    if cube == 2:
+        return _MODE_MUL if dt == "f16" else _MODE_F16  # float16 grad_output is already float16
+    return _MODE_DIV                                     # KEEP_DTYPE, or mode 1 on non-float32 input
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for a in arrays:
+        a.setflags(write=False)
+    return arrays
+
+
+@functools.lru_cache(maxsize=64)
+def _windows(key: tuple) -> tuple[np.ndarray, ...]:
+    """Per output row / column: the clipped input range [lo, hi) of its window, for both axes."""
+    (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw) = key[:5]
+    wh, ww = pool_windows(H, Ho, kh, sh, ph, 1), pool_windows(W, Wo, kw, sw, pw, 1)
+    for win in (wh, ww):  # cannot happen with 2p <= k; never hand a kernel an empty window
+        if np.any(win["count"] == 0):
+            raise ParamInvalidError("x: some pooling window contains no input cell")
+    return _frozen(wh["lo"], wh["hi"], ww["lo"], ww["hi"])
+
+
+def _axis_divisor(size: int, out: int, k: int, s: int, p: int, lo: np.ndarray, hi: np.ndarray,
+                  count_include_pad: bool) -> np.ndarray:
+    """Per-output factor of the divisor along one axis: the window length before clipping (PyTorch's
+    ``min(start + k, size + pad) - start``) with count_include_pad, else the clipped length."""
+    if not count_include_pad:
+        return hi - lo
+    start = np.arange(out, dtype=np.int64) * s - p
+    return np.minimum(start + k, size + p) - start
+
+
+@functools.lru_cache(maxsize=64)
+def _divisors(key: tuple, acc: str) -> tuple[np.ndarray, np.ndarray]:
+    """(table, hidx): the divisor of output (oh, ow) is ``table[hidx[oh], ow]`` in the accumulation type (the
+    int64 product converted once, round-to-nearest, as C's int -> float conversion does).  Only edge rows
+    differ, so the table has few rows."""
+    (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw), cip, override = key
+    if override:
+        return _frozen(np.full((1, Wo), override, dtype=np.int64).astype(acc), np.zeros(Ho, np.int64))
+    lo_h, hi_h, lo_w, hi_w = _windows(key)
+    dh = _axis_divisor(H, Ho, kh, sh, ph, lo_h, hi_h, cip)
+    dw = _axis_divisor(W, Wo, kw, sw, pw, lo_w, hi_w, cip)
+    rows, hidx = np.unique(dh, return_inverse=True)
+    return _frozen((rows[:, None] * dw[None, :]).astype(acc), hidx.reshape(-1).astype(np.int64))
+
+
+def _cover(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse window table: input cell i lies in the (clipped) windows of outputs [clo[i], chi[i]).
+
+    ``lo``/``hi`` (per output) are non-decreasing, so the outputs covering a cell are contiguous."""
+    i = np.arange(size, dtype=np.int64)
+    clo = np.searchsorted(hi, i, side="right").astype(np.int64)  # first output with hi > i
+    chi = np.searchsorted(lo, i, side="right").astype(np.int64)  # outputs with lo <= i
+    return clo, np.maximum(chi, clo)
+
+
+def _phases(W: int, Wo: int, k: int, s: int, p: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Column phases of the backward: input columns ``iw = q*s + r`` are covered by the output columns
+    ``q + o[r] + i`` for ``0 <= i < n[r]``, where those outside ``[0, Wo)`` read the zero margins of the t
+    row.  Returns (n, o, left margin, right margin), phases ``r < min(s, W)``.
+
+    Output ``ow`` covers ``iw`` when ``0 <= iw - (ow*s - p) < k``, i.e. ``iw + j - m = ow*s`` for some
+    ``0 <= j < k`` with ``m = k - 1 - p``: ``j`` runs over ``j_r = (m - r) mod s, j_r + s, ...`` and
+    ``ow = q + (r + j - m) / s``."""
+    m = k - 1 - p
+    r = np.arange(min(s, W), dtype=np.int64)
+    j0 = (m - r) % s
+    n = np.maximum(-(-(k - j0) // s), 0)
+    o = (r + j0 - m) // s
+    used = n > 0
+    if not used.any():
+        return n, o, 0, 0
+    first = int(np.min(o[used]))                                   # q = 0
+    last = int(np.max(((W - 1 - r) // s + o + n - 1)[used]))       # the last q of each phase
+    return n, o, max(0, -first), max(0, last - (Wo - 1))
+
+
+def _column_gather(k: int, s: int, Wo: int) -> bool:
+    """Phases sum ceil(k/s) values per cell, margin zeros included; when the window is much wider than the
+    output row that is mostly zeros (and wide margins), so gather each column's covering columns instead.
+    Both give the same bits."""
+    return -(-k // s) > 2 * Wo + 2
+
+
+@functools.lru_cache(maxsize=32)
+def _backward_tables(key: tuple, acc: str, mode: int, channels: int, gather: bool) -> tuple:
+    """Every table the backward kernel reads, for one geometry: divisors or multipliers (repeated over
+    ``channels`` when that is > 1), row covers, column covers, column phases (none when ``gather``) and the t
+    row's margins."""
+    (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw) = key[:5]
+    lo_h, hi_h, lo_w, hi_w = _windows(key)
+    divisors, hidx = _divisors(key, acc)
+    dv = divisors
+    if mode != _MODE_DIV:  # 1/divisor in the accumulation type, rounded to HF32 or (once) to float16
+        recip = divisors.dtype.type(1) / divisors
+        dv = round_hf32(recip) if mode == _MODE_HF32 else recip.astype(np.float16).astype(acc)
+    if channels > 1:  # one value per (ow, c)
+        dv = np.repeat(dv, channels, axis=1)
+    clo_h, chi_h = _cover(lo_h, hi_h, H)
+    clo_w, chi_w = _cover(lo_w, hi_w, W)
+    if gather:
+        ph_n = ph_o = np.zeros(0, np.int64)
+        left = right = 0
+    else:
+        ph_n, ph_o, left, right = _phases(W, Wo, kw, sw, pw)
+    return _frozen(dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o) + (left, right)
+
+
+def _round_up(n: int, m: int = 16) -> int:
+    return -(-n // m) * m
+
+
+def avg_pool2d(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None, *,
+               layout: str = "NCHW", num_threads: int | None = None) -> np.ndarray:
+    """2-D average pooling (``torch.nn.functional.avg_pool2d``).
+
+    Parameters
+    ----------
+    x : array_like
+        (N, C, H, W) or (C, H, W) for ``layout="NCHW"``; (N, H, W, C) or (H, W, C) for ``"NHWC"``. float32,
+        float64, float16 or bfloat16, any strides.
+    kernel_size, stride, padding : int or sequence of 1 or 2 ints
+        ``stride=None`` (or empty) means ``kernel_size``; ``0 <= padding`` and ``2 * padding <= kernel_size``.
+    ceil_mode : bool
+        Round the output size up (the last window must still start inside the input or the left padding).
+    count_include_pad : bool
+        Divide by the window size including the padding (PyTorch's pre-clip size ``min(start + k, in + pad) -
+        start`` per axis) instead of the number of input cells in the window.
+    divisor_override : int, optional
+        Non-zero: divide every window sum by this value (negative allowed).  None or 0: not used.
+    layout : {"NCHW", "NHWC"}
+        Logical axis order of ``x`` and of the result.
+    num_threads : int, optional
+        OpenMP threads; default ``omp_get_max_threads()`` at call time.
+
+    Returns
+    -------
+    ndarray
+        The window averages, dtype of ``x``, same memory order as ``x``.  Each window is summed row by row, then
+        column by column (in the accumulation type: float32 for 16-bit inputs, rounded once), then divided.
+    """
+    x, layout, dt = check_input(x, layout)
+    x4 = to_nchw(x, layout)
+    ap = _AvgParams(x4, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    nthreads = resolve_num_threads(num_threads)
+    N, C, H, W = x4.shape
+    Ho, Wo = ap.out
+    y = alloc_like_order(x, logical_shape(x, layout, C, Ho, Wo), x.dtype)
+    if N == 0:
+        return y
+    xk = kernel_view(kernel_input(x4))
+    y4 = kernel_view(to_nchw(y, layout))
+    channel = channel_inner(xk)
+    cs = C if channel else 1
+    acc = _acc_dtype(dt)
+    dv, hidx = _divisors(ap.key(), acc.char)
+    lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
+    nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), nthreads)
+    g_off = _round_up(W * cs)
+    scratch = np.empty((nthreads, g_off + _round_up(cs)), acc)
+    _avg_pool.forward(dt, xk, y4, dv, hidx, lo_h, hi_h, lo_w, hi_w, channel, scratch, g_off, nthreads)
+    return y
+
+
+def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,
+                        padding: IntOrPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                        divisor_override: int | None = None, cube_math_type: int = 0, *, layout: str = "NCHW",
+                        out: np.ndarray | None = None, deterministic: bool | None = None,
+                        num_threads: int | None = None) -> np.ndarray:
+    """Gradient of :func:`avg_pool2d` with respect to ``x`` (``aclnnAvgPool2dBackward``).
+
+    Every input cell of the clipped window of output ``(oh, ow)`` receives ``grad_output[oh, ow] / divisor``,
+    where ``divisor`` is ``divisor_override`` if non-zero, else the window size before clipping
+    (``count_include_pad=True``) or after clipping (``False``), as in PyTorch.
+
+    Parameters
+    ----------
+    grad_output : array_like
+        Gradient of the pooled output: the shape :func:`avg_pool2d` gives for ``x`` and the parameters, dtype
+        of ``x``, any strides.
+    x : array_like
+        The forward input.  Only its shape, dtype and memory order are used; its values are not read.
+    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layout
+        As for :func:`avg_pool2d`.
+    cube_math_type : int
+        CANN's matrix-unit precision, emulated on the CPU.  0 KEEP_DTYPE: ``grad_output / divisor`` (a true
+        division) in the accumulation type.  1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: for float32 input,
+        ``grad_output`` and the multiplier ``1/divisor`` (computed in float32) are rounded to HF32 (11 mantissa
+        bits, nearest-even) and multiplied in float32; mode 1 leaves other dtypes as mode 0; mode 3 accepts only
+        float32.  2 USE_FP16: ``grad_output`` and ``1/divisor`` (computed in the accumulation type) are rounded
+        to float16 (once, also from float64) and multiplied and summed in the accumulation type; not for
+        bfloat16.  Any other value is an error.
+    out : ndarray, optional
+        Writeable array of ``x``'s shape and dtype that overlaps neither input; returned.
+    deterministic : bool, optional
+        Validated; the kernel is the same in both modes: a gather (each element of ``grad_x`` is computed and
+        written once by one thread, no atomics), bitwise identical for every run, thread count and memory
+        order.  None: the process-wide setting.
+    num_threads : int, optional
+        OpenMP threads; default ``omp_get_max_threads()`` at call time.
+
+    Returns
+    -------
+    ndarray
+        ``grad_x``: shape, dtype and (by default) memory order of ``x``.  Each cell is
+        ``0 + sum over covering output rows oh (ascending) of (0 + sum over covering output columns ow
+        (ascending) of t[oh, ow])`` with ``t = grad_output / divisor`` (``-0`` sums to ``+0``), accumulated in
+        float32 for 16-bit types (rounded once) and in the input type otherwise.
+    """
+    x, layout, dt = check_input(x, layout)
+    x4 = to_nchw(x, layout)
+    ap = _AvgParams(x4, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    cube = _parse_cube_math_type(cube_math_type, x, dt)
+    expected = logical_shape(x, layout, x4.shape[1], *ap.out)
+    grad_output = check_grad_like(grad_output, "grad_output", x, expected,
+                                  f"{ap.describe()} and x of shape {x.shape}")
+    resolve_deterministic(deterministic)  # validated only: the gather kernel is atomic-free in both modes
+    nthreads = resolve_num_threads(num_threads)
+    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x)])
+    gx4 = to_nchw(gx, layout)
+    if gx4.shape[0] == 0:
+        return gx
+    target = kernel_output(gx4, dense_hw=False)
+    _gather_backward(dt, ap, kernel_view(kernel_input(to_nchw(grad_output, layout))), kernel_view(target),
+                     _kernel_mode(cube, dt), nthreads)
+    if target is not gx4:
+        gx4[...] = target
+    return gx
+
+
+def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,
+                     nthreads: int) -> None:
+    """Plan the work items and scratch of the gather kernel and run it (``gx4`` is fully overwritten)."""
+    N, C, H, W = gx4.shape
+    Wo = ap.out[1]
+    channel = channel_inner(gx4)
+    cs = C if channel else 1
+    units = N if channel else N * C
+    nthreads = threads_for(gx4.size + go4.size, nthreads)
+    acc = _acc_dtype(dt)
+    gather = _column_gather(ap.kernel[1], ap.stride[1], Wo)
+    dv_rep = cs > 1 and _divisors(ap.key(), acc.char)[0].size * cs <= DV_REPEAT_MAX
+    tables = _backward_tables(ap.key(), acc.char, mode, cs if dv_rep else 1, gather)
+    dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, left, right = tables
+    nb = 1
+    if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
+        nb = -(-ITEMS_PER_THREAD * nthreads // units)
+    part = _parts(H, nb)
+    nthreads = max(1, min(nthreads, units * (len(part) - 1)))
+    cap = max(1, int(np.max(chi_h - clo_h)))  # ring of expanded output rows: the most covering one input row
+    sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs]  # Cs, Tp, G, U (16-bit row)
+    offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
+    scratch = np.empty((nthreads, int(offsets[-1])), acc)
+    stream = gx4.nbytes >= STREAM_MIN_BYTES
+    _avg_pool.backward(dt, gx4, go4, dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part,
+                       ap.stride[1], left, mode, channel, cap, stream, dv_rep, scratch, offsets[:4].copy(),
+                       nthreads)

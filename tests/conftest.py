@@ -1,0 +1,18 @@
+"""Hypothesis profiles for the fuzz tests (tests/test_fuzz.py).
+
+* ``ci`` (the default): a few dozen examples per test, so that the whole fuzz file runs in well under a minute on
+  two shared cores.  No deadline: timings on a shared machine are noise, and a deadline error would be flaky.
+* ``long``: ``pytest --hypothesis-profile=long tests/test_fuzz.py`` - 6000 examples per test (about 90 000
+  in all), no deadline; measured 5-6 minutes on two shared cores.
+"""
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+settings.register_profile("ci", max_examples=60, **_COMMON)
+settings.register_profile("long", max_examples=6000, **_COMMON)
+settings.load_profile("ci")

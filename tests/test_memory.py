@@ -1,0 +1,107 @@
+"""Memory: no growth over many calls, and the working memory of each operator beyond its output is bounded
+by the formula documented in the README ("Memory")."""
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from poolgrad import _scatter, avg_pool, tf_max_pool
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096
+
+
+def _small_calls():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 2)
+    ya, ia = pg.adaptive_max_pool2d(x, 3)
+    yv = avg_pool.avg_pool2d(x, 2)
+    xh = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    yt = tf_max_pool.max_pool(xh, [1, 2, 2, 1], [1, 2, 2, 1], "VALID")
+    bad = ind.copy()
+    bad[0, 0, 0, 0] = 99
+    def bad_call():
+        try:
+            pg.max_pool2d_with_indices_backward(y, x, bad, 2)
+        except pg.ParamInvalidError:
+            pass
+    return [
+        lambda: pg.max_pool2d_with_indices(x, 2),
+        lambda: pg.max_pool2d_with_indices_backward(y, x, ind, 2),
+        lambda: pg.adaptive_max_pool2d_backward(ya, x, ia),
+        lambda: avg_pool.avg_pool2d_backward(yv, x, 2),
+        lambda: tf_max_pool.max_pool_grad(xh, yt, yt, [1, 2, 2, 1], [1, 2, 2, 1], "VALID"),
+        lambda: pg.max_pooling_grad(x, x, x),
+        bad_call,                                     # the error path must not leak either
+    ]
+
+
+def test_no_growth_over_100000_small_calls():
+    calls = _small_calls()
+    per_call = 100_000 // len(calls) + 1
+    for fn in calls:                                  # warm caches (imports, NumPy's small-array cache)
+        for _ in range(200):
+            fn()
+    gc.collect()
+    tracemalloc.start()
+    rss0 = _rss_bytes()
+    snap0 = tracemalloc.take_snapshot()
+    for fn in calls:
+        for _ in range(per_call):
+            fn()
+    gc.collect()
+    snap1 = tracemalloc.take_snapshot()
+    rss1 = _rss_bytes()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
+    assert grown < 64 * 1024, f"Python-visible memory grew by {grown} bytes over {per_call * len(calls)} calls"
+    assert rss1 - rss0 < 4 * 1024 * 1024, f"RSS grew by {rss1 - rss0} bytes"
+
+
+def _extra_bytes(fn, out_nbytes: int) -> int:
+    """Peak traced memory of ``fn()`` beyond the output it returns (NumPy reports to tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    result = fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    del result
+    return peak - base - out_nbytes
+
+
+TABLES = 64 * 1024       # window/band tables, flags and Python objects: a fixed allowance
+
+
+@pytest.mark.parametrize("dtype", [np.float32, pg.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_scatter_working_memory_bound(dtype, layout, threads):
+    """max/adaptive backward: float32/float64 need only tables; 16-bit types add one float32 band per thread,
+    a band holding at most min(H*W*(C if channels-last else 1), 2**20) elements."""
+    rng = np.random.default_rng(0)
+    shape = (2, 8, 300, 200) if layout == "NCHW" else (2, 300, 200, 8)
+    x = rng.standard_normal(shape).astype(dtype)
+    y, ind = pg.max_pool2d_with_indices(x, 3, 2, 1, layout=layout)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    extra = _extra_bytes(lambda: pg.max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, layout=layout,
+                                                                     deterministic=True, num_threads=threads),
+                         x.nbytes)
+    unit = 300 * 200 * (8 if layout == "NHWC" else 1)
+    bound = TABLES + (4 * threads * min(unit, _scatter.BAND_MAX) if np.dtype(dtype).itemsize == 2 else 0)
+    assert extra <= bound, (extra, bound)
+
+
+def test_elementwise_needs_no_working_memory():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 64, 64)).astype(np.float32)
+    extra = _extra_bytes(lambda: pg.max_pooling_grad(a, a, a, num_threads=2), a.nbytes)
+    assert extra <= 16 * 1024, extra
