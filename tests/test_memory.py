@@ -105,3 +105,42 @@ def test_elementwise_needs_no_working_memory():
     a = rng.standard_normal((64, 64, 64)).astype(np.float32)
     extra = _extra_bytes(lambda: pg.max_pooling_grad(a, a, a, num_threads=2), a.nbytes)
     assert extra <= 16 * 1024, extra
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, pg.bfloat16], ids=["f32", "f64", "bf16"])
+def test_avg_backward_working_memory_bound(layout, dtype):
+    """avg backward (gather): per thread, (ceil(kh/sh) + 3) grad_x rows of accumulators (W, times C when
+    channels-last) plus one output row; plus the divisor table, (Ho or 1) x Wo (x C) accumulators."""
+    rng = np.random.default_rng(0)
+    N, C, H, W, k, s, threads = 2, 8, 300, 200, 3, 2, 3
+    shape = (N, C, H, W) if layout == "NCHW" else (N, H, W, C)
+    x = rng.standard_normal(shape).astype(dtype)
+    y = avg_pool.avg_pool2d(x, k, s, 1, count_include_pad=False, layout=layout)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    Ho, Wo = (y.shape[2], y.shape[3]) if layout == "NCHW" else (y.shape[1], y.shape[2])
+    acc = 8 if np.dtype(dtype) == np.float64 else 4
+    cs = C if layout == "NHWC" else 1
+    extra = _extra_bytes(lambda: avg_pool.avg_pool2d_backward(go, x, k, s, 1, count_include_pad=False,
+                                                              layout=layout, num_threads=threads), x.nbytes)
+    bound = (TABLES + threads * ((-(-k // s) + 3) * W * cs + (Wo + 2 * k) * cs) * acc
+             + (Ho + 1) * Wo * cs * acc)
+    assert extra <= bound, (extra, bound)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, pg.bfloat16], ids=["f32", "bf16"])
+def test_tf_max_pool_grad_working_memory_bound(layout, dtype):
+    """max_pool_grad (fused argmax + scatter): per thread, a ring of R grad_x rows of accumulators (W, times C
+    when channels-last), R the power of two >= the window height (or the band height, if smaller)."""
+    rng = np.random.default_rng(0)
+    N, C, H, W, k, s, threads = 2, 8, 300, 200, 3, 2, 3
+    x = rng.standard_normal((N, H, W, C) if layout == "NHWC" else (N, C, H, W)).astype(dtype)
+    ks, st = ([1, k, k, 1], [1, s, s, 1]) if layout == "NHWC" else ([1, 1, k, k], [1, 1, s, s])
+    y = tf_max_pool.max_pool(x, ks, st, "SAME", data_format=layout)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    extra = _extra_bytes(lambda: tf_max_pool.max_pool_grad(x, y, g, ks, st, "SAME", data_format=layout,
+                                                           num_threads=threads), x.nbytes)
+    ring_rows = 1 << (k - 1).bit_length()
+    bound = TABLES + threads * (ring_rows * W * (C if layout == "NHWC" else 1) * 4 + k * 4)
+    assert extra <= bound, (extra, bound)
