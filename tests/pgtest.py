@@ -60,6 +60,18 @@ def strided_variants(a: np.ndarray, rng: np.random.Generator | None = None) -> I
     yield "permuted", np.ascontiguousarray(a.transpose(perm)).transpose(np.argsort(perm))
 
 
+def random_values(rng: np.random.Generator, shape: tuple, dtype, kind: str = "normal") -> np.ndarray:
+    """Test inputs: "normal" values, "ties" (small integers, so windows hold equal maxima) or "nan" (20% NaN)."""
+    if kind == "ties":
+        x = rng.integers(-2, 3, size=shape).astype(np.float64)
+    elif kind == "nan":
+        x = rng.standard_normal(shape)
+        x[rng.random(shape) < 0.2] = np.nan
+    else:
+        x = rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
 def tolerance(dtype: np.dtype) -> dict:
     """assert_allclose tolerances for comparing with a float64 reference rounded to ``dtype``."""
     dtype = np.dtype(dtype)

@@ -28,15 +28,7 @@ CONFIGS = [
 TORCH_CONFIGS = [c for c in CONFIGS if all(p <= k // 2 for p, k in zip(c[3], c[1]))]
 
 
-def _data(rng, shape, dtype, kind="normal"):
-    if kind == "ties":
-        x = rng.integers(-2, 3, size=shape).astype(np.float64)
-    elif kind == "nan":
-        x = rng.standard_normal(shape)
-        x[rng.random(shape) < 0.2] = np.nan
-    else:
-        x = rng.standard_normal(shape)
-    return x.astype(dtype)
+_data = pgtest.random_values
 
 
 def _call_fwd(x4, layout, rank, cfg, **kw):

@@ -26,15 +26,7 @@ CONFIGS = [
 ]
 
 
-def _data(rng, shape, dtype, kind="normal"):
-    if kind == "ties":
-        x = rng.integers(-2, 3, size=shape).astype(np.float64)
-    elif kind == "nan":
-        x = rng.standard_normal(shape)
-        x[rng.random(shape) < 0.2] = np.nan
-    else:
-        x = rng.standard_normal(shape)
-    return x.astype(dtype)
+_data = pgtest.random_values
 
 
 def _p4(hw, data_format):

@@ -1,11 +1,9 @@
 """Reference adaptive max pooling, NCHW float64 loops."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .max_pool_indices import max_pool2d_with_indices_backward as _scatter
+from .max_pool_indices import max_pool2d_with_indices_backward as _scatter, window_argmax
 
 
 def _window(i: int, size: int, out: int) -> range:
@@ -18,18 +16,9 @@ def adaptive_max_pool2d(x: np.ndarray, output_size: tuple[int, int]) -> tuple[np
     xf = x.astype(np.float64)
     y = np.empty((N, C, Ho, Wo))
     ind = np.empty((N, C, Ho, Wo), np.int64)
-    for n in range(N):
-        for c in range(C):
-            for oh in range(Ho):
-                for ow in range(Wo):
-                    best, arg = -math.inf, None
-                    for ih in _window(oh, H, Ho):
-                        for iw in _window(ow, W, Wo):
-                            v = xf[n, c, ih, iw]
-                            if arg is None or v > best or math.isnan(v):
-                                best, arg = v, ih * W + iw
-                    y[n, c, oh, ow] = best
-                    ind[n, c, oh, ow] = arg
+    for oh in range(Ho):
+        for ow in range(Wo):
+            y[:, :, oh, ow], ind[:, :, oh, ow] = window_argmax(xf, _window(oh, H, Ho), _window(ow, W, Wo))
     return y, ind
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import numpy as np
 
@@ -12,6 +13,24 @@ def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int
     if ceil_mode and (out - 1) * s >= size + p:
         out -= 1
     return out
+
+
+def window_argmax(xf: np.ndarray, rows: Iterable[int], cols: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Max and flat argmax ``ih * W + iw`` of every (n, c) plane of ``xf`` over the window ``rows x cols``,
+    scanned row-major, a cell replacing the running maximum if it is greater or NaN."""
+    N, C, _, W = xf.shape
+    y = np.empty((N, C))
+    ind = np.empty((N, C), np.int64)
+    cells = [(ih, iw) for ih in rows for iw in cols]
+    for n in range(N):
+        for c in range(C):
+            best, arg = -math.inf, None
+            for ih, iw in cells:
+                v = xf[n, c, ih, iw]
+                if arg is None or v > best or math.isnan(v):
+                    best, arg = v, ih * W + iw
+            y[n, c], ind[n, c] = best, arg
+    return y, ind
 
 
 def max_pool2d_with_indices(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
@@ -25,24 +44,11 @@ def max_pool2d_with_indices(x: np.ndarray, kernel: tuple[int, int], stride: tupl
     xf = x.astype(np.float64)
     y = np.empty((N, C, Ho, Wo))
     ind = np.empty((N, C, Ho, Wo), np.int64)
-    for n in range(N):
-        for c in range(C):
-            for oh in range(Ho):
-                for ow in range(Wo):
-                    best, arg = -math.inf, None
-                    for a in range(kernel[0]):
-                        ih = oh * stride[0] - padding[0] + a * dilation[0]
-                        if not 0 <= ih < H:
-                            continue
-                        for b in range(kernel[1]):
-                            iw = ow * stride[1] - padding[1] + b * dilation[1]
-                            if not 0 <= iw < W:
-                                continue
-                            v = xf[n, c, ih, iw]
-                            if arg is None or v > best or math.isnan(v):
-                                best, arg = v, ih * W + iw
-                    y[n, c, oh, ow] = best
-                    ind[n, c, oh, ow] = arg
+    for oh in range(Ho):
+        rows = [ih for a in range(kernel[0]) if 0 <= (ih := oh * stride[0] - padding[0] + a * dilation[0]) < H]
+        for ow in range(Wo):
+            cols = [iw for b in range(kernel[1]) if 0 <= (iw := ow * stride[1] - padding[1] + b * dilation[1]) < W]
+            y[:, :, oh, ow], ind[:, :, oh, ow] = window_argmax(xf, rows, cols)
     return y, ind
 
 
