@@ -30,8 +30,11 @@ def channel_inner(arr4: np.ndarray) -> bool:
 
 def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray,
                  row_lo: np.ndarray, row_hi: np.ndarray, deterministic: bool, nthreads: int,
-                 index_name: str = "indices") -> None:
+                 index_name: str = "indices", prezeroed: bool = False) -> None:
     """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` over logical-NCHW views (``gx4`` dense in H/W).
+
+    ``prezeroed``: ``gx4`` is a fresh ``np.zeros`` array.  Large ones come from calloc as pages the OS zeroes
+    on first touch, so skipping the kernels' own zeroing saves a full write of grad_x.
 
     Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``.
     """
@@ -61,8 +64,9 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
     empty_window = bool(np.any(row_hi <= row_lo))
     if not empty_window:
-        _max_pool_indices.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob, channel,
-                                   not use_atomic, scratch, flags, nthreads)
+        _max_pool_indices.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob,
+                                           channel, not use_atomic, scratch, flags, nthreads,
+                                           prezeroed)
     if empty_window or flags.any():
         # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
         # plane exactly and deterministically, range-checking as we go.

@@ -225,14 +225,14 @@ def scatter_backward(grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray
     """Validated tail shared with adaptive pooling: resolve modes, allocate, run the scatter kernels."""
     det = resolve_deterministic(deterministic)
     nthreads = resolve_num_threads(num_threads)
-    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)])
+    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)], zeros=out is None)
     gx4 = to_nchw(gx, layout)
     if gx4.shape[0] == 0:
         return gx
     target = kernel_output(gx4)
     scatter_grad(dt, it, kernel_view(kernel_input(to_nchw(grad_output, layout))),
                  kernel_input(to_nchw(indices, layout)), kernel_view(target),
-                 win_h["lo"], win_h["hi"], det, nthreads)
+                 win_h["lo"], win_h["hi"], det, nthreads, prezeroed=out is None and target is gx4)
     if target is not gx4:
         gx4[...] = target
     return gx

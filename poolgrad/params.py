@@ -249,13 +249,14 @@ def to_nchw(arr: np.ndarray, layout: str) -> np.ndarray:
     return arr
 
 
-def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any) -> np.ndarray:
+def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any, zeros: bool = False) -> np.ndarray:
     """New array of ``shape`` whose axes are laid out in memory in the order of ``ref``'s strides.
 
     So an output follows its input: channels-last in, channels-last out (as PyTorch keeps memory format).
+    ``zeros``: allocate zero-filled (``np.zeros``: calloc, whose large blocks are fresh zero pages).
     """
     order = sorted(range(ref.ndim), key=lambda a: (-abs(ref.strides[a]), a))
-    buf = np.empty([shape[a] for a in order], dtype=dtype)
+    buf = (np.zeros if zeros else np.empty)([shape[a] for a in order], dtype=dtype)
     return buf.transpose(np.argsort(order))
 
 
@@ -288,14 +289,14 @@ def kernel_output(out4: np.ndarray, dense_hw: bool = True) -> np.ndarray:
 
 
 def prepare_out(out: Any, x: np.ndarray, inputs: Sequence[tuple[str, np.ndarray]], name: str = "out",
-                allow_same: np.ndarray | None = None) -> np.ndarray:
-    """Validate a user-supplied ``out`` (or allocate one in ``x``'s memory order).
+                allow_same: np.ndarray | None = None, zeros: bool = False) -> np.ndarray:
+    """Validate a user-supplied ``out`` (or allocate one in ``x``'s memory order, zero-filled if ``zeros``).
 
     ``out`` must be a writeable ndarray with ``x``'s shape and dtype that shares no memory with any input;
     ``allow_same`` names the one input ``out`` may be exactly (same data pointer, shape and strides).
     """
     if out is None:
-        return alloc_like_order(x, x.shape, x.dtype)
+        return alloc_like_order(x, x.shape, x.dtype, zeros)
     if not isinstance(out, np.ndarray):
         raise ParamInvalidError(f"{name}: expected None or a numpy.ndarray, got {type(out).__name__}")
     if out.shape != x.shape:
