@@ -55,8 +55,10 @@ def copy_bandwidth(nbytes: int = 256 << 20, reps: int = 5) -> float:
     return 2 * a.nbytes / t / 1e9
 
 
-def median_time(fn: Callable[[], Any], reps: int = 7, warmup: int = 1, max_seconds: float = 5.0) -> float:
-    """Median wall time of ``fn()`` over ``reps`` runs (fewer if they exceed ``max_seconds`` in total)."""
+def median_time(fn: Callable[[], Any], reps: int = 7, warmup: int = 3, max_seconds: float = 5.0) -> float:
+    """Median wall time of ``fn()`` over ``reps`` runs (fewer if they exceed ``max_seconds`` in total), after
+    ``warmup`` untimed runs: the first calls that touch freshly mapped output memory are much slower here,
+    for every library alike."""
     for _ in range(warmup):
         fn()
     times: list[float] = []
