@@ -6,6 +6,7 @@ write the rows as JSON and a PNG bar chart of the speed-ups.
     python bench/compare.py                       # every operator, 1 thread and all threads
     python bench/compare.py --ops max_pool2d_with_indices_backward --threads 1 2 --json out.json --png out.png
     python bench/compare.py --quick               # smaller shapes
+    python bench/compare.py --out                 # kernels alone: every library writes a preallocated output
 
 TensorFlow's intra-op thread count is fixed when TensorFlow starts, so TensorFlow timings run in one worker
 process per thread count (``--tf-worker``) on the same arrays (same seeds) and are merged into the rows.
@@ -56,13 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", help="write the rows to this JSON file")
     parser.add_argument("--png", help="write a bar chart of the speed-ups to this PNG file")
+    parser.add_argument("--out", action="store_true",
+                        help="time the kernels alone: every library writes into a preallocated output "
+                             "(default: each call allocates its output, as users call it)")
     parser.add_argument("--tf-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     threads = args.threads or sorted({1, os.cpu_count() or 1})
+    if args.out:
+        benchmark.OUTPUT_MODE = "out"
     if args.tf_worker is not None:
         return benchmark.tf_worker(args.tf_worker, args.ops, args.quick, args.reps)
     cases = benchmark.full_cases(threads, args.ops, args.quick)
-    print(f"poolgrad {poolgrad.__version__}; {len(cases)} cases; threads {threads}", flush=True)
+    print(f"poolgrad {poolgrad.__version__}; {len(cases)} cases; threads {threads}; outputs "
+          f"{'preallocated (--out)' if args.out else 'allocated by each call'}", flush=True)
     rows, bw = benchmark.run_cases(cases, reps=args.reps, progress=lambda m: print("  " + m, flush=True))
     if any(c.op == "max_pool_grad" for c in cases):
         benchmark.merge_tf(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__])

@@ -21,6 +21,12 @@ from .config import resolve_num_threads
 __all__ = ["Case", "copy_bandwidth", "median_time", "run_cases", "format_table", "default_cases", "has_torch"]
 
 
+# "alloc": every library allocates its output per call, as users call it (the default).  "out": every library
+# writes into one preallocated output (poolgrad's out=, PyTorch's *.grad_input / out= overloads), which times the
+# kernels alone: in this sandbox first-touch page faults of fresh output memory do not scale with threads and
+# can dominate a call.  TensorFlow has no out= form and always allocates.
+OUTPUT_MODE = "alloc"
+
 # Other implementations a case may time beside poolgrad: (key in the case's callables, name in the table).
 COMPARATORS = [("torch", "PyTorch"), ("tf", "TensorFlow"), ("numpy", "NumPy")]
 
@@ -171,8 +177,9 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
         x = _layout(x4, layout).astype(dt)
         y, ind = max_pool2d_with_indices(x, k, s, p, layout=layout, index_dtype=index_dtype)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
+        out = np.empty_like(x) if OUTPUT_MODE == "out" else None
         fns: dict[str, Any] = {
-            "poolgrad": lambda: max_pool2d_with_indices_backward(go, x, ind, k, s, p, layout=layout,
+            "poolgrad": lambda: max_pool2d_with_indices_backward(go, x, ind, k, s, p, layout=layout, out=out,
                                                                  deterministic=deterministic, num_threads=nt),
             "bytes": go.nbytes + ind.nbytes + x.nbytes,
         }
@@ -182,10 +189,15 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
             _, it = torch.nn.functional.max_pool2d(xt, k, s, p, return_indices=True)
             got = _torch_grad(go, layout, dtype)
 
+            tout = torch.empty_like(xt) if OUTPUT_MODE == "out" else None
+
             def run_torch() -> None:
                 torch.set_num_threads(nt)
-                torch.ops.aten.max_pool2d_with_indices_backward(got, xt, [k, k], [s, s], [p, p], [1, 1], False,
-                                                                it)
+                args = (got, xt, [k, k], [s, s], [p, p], [1, 1], False, it)
+                if tout is None:
+                    torch.ops.aten.max_pool2d_with_indices_backward(*args)
+                else:
+                    torch.ops.aten.max_pool2d_with_indices_backward.grad_input(*args, grad_input=tout)
             fns["torch"] = run_torch
         return fns
 
@@ -206,8 +218,9 @@ def adaptive_backward_case(N: int, C: int, H: int, W: int, out_hw: tuple[int, in
         x = _layout(x4, layout).astype(dt)
         y, ind = adaptive_max_pool2d(x, out_hw, layout=layout)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
+        out = np.empty_like(x) if OUTPUT_MODE == "out" else None
         fns: dict[str, Any] = {
-            "poolgrad": lambda: adaptive_max_pool2d_backward(go, x, ind, layout=layout,
+            "poolgrad": lambda: adaptive_max_pool2d_backward(go, x, ind, layout=layout, out=out,
                                                              deterministic=deterministic, num_threads=nt),
             "bytes": go.nbytes + ind.nbytes + x.nbytes,
         }
@@ -217,9 +230,14 @@ def adaptive_backward_case(N: int, C: int, H: int, W: int, out_hw: tuple[int, in
             _, it = torch.nn.functional.adaptive_max_pool2d(xt, out_hw, return_indices=True)
             got = _torch_grad(go, layout, dtype)
 
+            tout = torch.empty_like(xt) if OUTPUT_MODE == "out" else None
+
             def run_torch() -> None:
                 torch.set_num_threads(nt)
-                torch.ops.aten.adaptive_max_pool2d_backward(got, xt, it)
+                if tout is None:
+                    torch.ops.aten.adaptive_max_pool2d_backward(got, xt, it)
+                else:
+                    torch.ops.aten.adaptive_max_pool2d_backward.grad_input(got, xt, it, grad_input=tout)
             fns["torch"] = run_torch
         return fns
 
@@ -249,9 +267,10 @@ def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, la
         x = _layout(x4, layout).astype(dt)
         y = avg_pool2d(x, k, s, p, layout=layout)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
+        out = np.empty_like(x) if OUTPUT_MODE == "out" else None
         fns: dict[str, Any] = {
             "poolgrad": lambda: avg_pool2d_backward(go, x, k, s, p, layout=layout, deterministic=deterministic,
-                                                    num_threads=nt),
+                                                    out=out, num_threads=nt),
             "bytes": go.nbytes + x.nbytes,
         }
         if has_torch():
@@ -259,9 +278,15 @@ def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, la
             xt = _torch_in_layout(x4, layout, dtype)
             got = _torch_grad(go, layout, dtype)
 
+            tout = torch.empty_like(xt) if OUTPUT_MODE == "out" else None
+
             def run_torch() -> None:
                 torch.set_num_threads(nt)
-                torch.ops.aten.avg_pool2d_backward(got, xt, [k, k], [s, s], [p, p], False, True, None)
+                args = (got, xt, [k, k], [s, s], [p, p], False, True, None)
+                if tout is None:
+                    torch.ops.aten.avg_pool2d_backward(*args)
+                else:
+                    torch.ops.aten.avg_pool2d_backward.grad_input(*args, grad_input=tout)
             fns["torch"] = run_torch
         return fns
 
@@ -285,8 +310,9 @@ def max_pool_grad_case(N: int, H: int, W: int, C: int, k: int, s: int, padding: 
         x1 = (xh if layout == "NHWC" else np.ascontiguousarray(xh.transpose(0, 3, 1, 2))).astype(dt)
         x2 = max_pool(x1, ksize, strides, padding, data_format=layout)
         grad = rng.standard_normal(x2.shape, dtype=np.float32).astype(dt)
+        out = np.empty_like(x1) if OUTPUT_MODE == "out" else None
         return {
-            "poolgrad": lambda: max_pool_grad(x1, x2, grad, ksize, strides, padding, data_format=layout,
+            "poolgrad": lambda: max_pool_grad(x1, x2, grad, ksize, strides, padding, data_format=layout, out=out,
                                               deterministic=deterministic, num_threads=nt),
             "bytes": x1.nbytes + grad.nbytes + x1.nbytes,
             "tf_args": (x1, x2, grad, ksize, strides, padding) if layout == "NHWC" else None,
@@ -434,7 +460,8 @@ def elementwise_case(n: int, dtype: str, threads: int) -> Case:
         y = rng.integers(0, 4, size=n).astype(np.float32).astype(dt)
         dy = rng.standard_normal(n, dtype=np.float32).astype(dt)
         zero16 = np.zeros((), dt)
-        fns: dict[str, Any] = {"poolgrad": lambda: max_pooling_grad(dy, x, y, num_threads=nt),
+        out = np.empty_like(dy) if OUTPUT_MODE == "out" else None
+        fns: dict[str, Any] = {"poolgrad": lambda: max_pooling_grad(dy, x, y, out=out, num_threads=nt),
                                "numpy": lambda: np.where(x == y, dy, zero16),
                                "bytes": 4 * dy.nbytes}
         if has_torch():
@@ -444,10 +471,14 @@ def elementwise_case(n: int, dtype: str, threads: int) -> Case:
             else:
                 tx, ty, tdy = (torch.from_numpy(a) for a in (x, y, dy))
             zero = torch.zeros((), dtype=tdy.dtype)
+            tout = torch.empty_like(tdy) if OUTPUT_MODE == "out" else None
 
             def run_torch() -> None:
                 torch.set_num_threads(nt)
-                torch.where(tx == ty, tdy, zero)
+                if tout is None:
+                    torch.where(tx == ty, tdy, zero)
+                else:
+                    torch.where(tx == ty, tdy, zero, out=tout)
             fns["torch"] = run_torch
         return fns
 
