@@ -20,6 +20,9 @@ __all__ = ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"]
 
 IntOrPair = int | Sequence[int]
 
+# glibc serves allocations of at least 32 MiB (its largest dynamic mmap threshold) with fresh, zeroed pages.
+FRESH_ZEROS_MIN_BYTES = 32 << 20
+
 
 def check_input(x: Any, layout: Any, name: str = "x") -> tuple[np.ndarray, str, str]:
     """Validate a pooling input: 3-D (one image) or 4-D, a supported float dtype, no zero C/H/W."""
@@ -225,14 +228,18 @@ def scatter_backward(grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray
     """Validated tail shared with adaptive pooling: resolve modes, allocate, run the scatter kernels."""
     det = resolve_deterministic(deterministic)
     nthreads = resolve_num_threads(num_threads)
-    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)], zeros=out is None)
+    # A large output allocated here comes zero-filled for free (calloc maps fresh zero pages above glibc's
+    # mmap threshold), so the kernels can skip zeroing it; a smaller one would be memset by calloc in a separate
+    # pass, worse than the kernels zeroing each band while it is in cache.
+    fresh_zeros = out is None and x.nbytes >= FRESH_ZEROS_MIN_BYTES
+    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)], zeros=fresh_zeros)
     gx4 = to_nchw(gx, layout)
     if gx4.shape[0] == 0:
         return gx
     target = kernel_output(gx4)
     scatter_grad(dt, it, kernel_view(kernel_input(to_nchw(grad_output, layout))),
                  kernel_input(to_nchw(indices, layout)), kernel_view(target),
-                 win_h["lo"], win_h["hi"], det, nthreads, prezeroed=out is None and target is gx4)
+                 win_h["lo"], win_h["hi"], det, nthreads, prezeroed=fresh_zeros and target is gx4)
     if target is not gx4:
         gx4[...] = target
     return gx

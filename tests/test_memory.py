@@ -62,7 +62,8 @@ def test_no_growth_over_100000_small_calls():
     tracemalloc.stop()
     grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
     assert grown < 64 * 1024, f"Python-visible memory grew by {grown} bytes over {per_call * len(calls)} calls"
-    assert rss1 - rss0 < 4 * 1024 * 1024, f"RSS grew by {rss1 - rss0} bytes"
+    if not pg.get_config()["asan_build"]:   # ASan's quarantine keeps freed memory mapped, by design
+        assert rss1 - rss0 < 4 * 1024 * 1024, f"RSS grew by {rss1 - rss0} bytes"
 
 
 def _extra_bytes(fn, out_nbytes: int) -> int:
