@@ -384,9 +384,13 @@ def full_cases(threads: Iterable[int], ops: Iterable[str] | None = None, quick: 
     return cases
 
 
+def _shapes(quick: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(big batch of small images, batch 1 of big images), NCHW: the two regimes of SPEC section 2."""
+    return ((8, 64, 112, 112), (1, 3, 512, 512)) if quick else ((32, 64, 112, 112), (1, 3, 1024, 1024))
+
+
 def _max_pool_suite(threads: list[int], quick: bool) -> list[Case]:
-    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
-    few = (1, 3, 512, 512) if quick else (1, 3, 1024, 1024)
+    big, few = _shapes(quick)
     cases = []
     for nt in threads:
         for layout in ("NCHW", "NHWC"):
@@ -402,7 +406,7 @@ def _max_pool_suite(threads: list[int], quick: bool) -> list[Case]:
 
 
 def _adaptive_suite(threads: list[int], quick: bool) -> list[Case]:
-    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
+    big = _shapes(quick)[0]
     cases = []
     for nt in threads:
         for layout in ("NCHW", "NHWC"):
@@ -414,8 +418,7 @@ def _adaptive_suite(threads: list[int], quick: bool) -> list[Case]:
 
 
 def _avg_suite(threads: list[int], quick: bool) -> list[Case]:
-    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
-    few = (1, 3, 512, 512) if quick else (1, 3, 1024, 1024)
+    big, few = _shapes(quick)
     cases = []
     for nt in threads:
         for layout in ("NCHW", "NHWC"):

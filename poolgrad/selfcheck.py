@@ -15,22 +15,31 @@ def _close(got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> bool:
     return bool(np.allclose(got.astype(np.float64), want.astype(dtype).astype(np.float64), rtol=tol, atol=tol))
 
 
+def _to_layout(a4: np.ndarray, layout: str) -> np.ndarray:
+    """Logical NCHW -> a contiguous array in ``layout``."""
+    return a4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else a4
+
+
+def _from_layout(a: np.ndarray, layout: str) -> np.ndarray:
+    """An array in ``layout`` -> its logical NCHW view."""
+    return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
+
+
 def _check_max_pool(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
     from . import max_pool_indices as max_pool
     from .slow import max_pool_indices as ref
     x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
-    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    x = _to_layout(x4, layout)
     y, ind = max_pool.max_pool2d_with_indices(x, 3, 2, 1, layout=layout)
     y_ref, i_ref = ref.max_pool2d_with_indices(x4, (3, 3), (2, 2), (1, 1))
-    ind4 = ind.transpose(0, 3, 1, 2) if layout == "NHWC" else ind
+    ind4 = _from_layout(ind, layout)
     ok = np.array_equal(ind4, i_ref)
     go = rng.standard_normal(y.shape).astype(dtype)
-    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    go4 = _from_layout(go, layout)
     want = ref.max_pool2d_with_indices_backward(go4, x4.shape, i_ref)
     for det in (True, False):
         g = max_pool.max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, layout=layout, deterministic=det)
-        g4 = g.transpose(0, 3, 1, 2) if layout == "NHWC" else g
-        ok &= _close(g4, want, dtype)
+        ok &= _close(_from_layout(g, layout), want, dtype)
     return ok
 
 
@@ -38,17 +47,17 @@ def _check_adaptive(rng: np.random.Generator, dtype: np.dtype, layout: str) -> b
     from . import adaptive
     from .slow import adaptive as ref
     x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
-    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    x = _to_layout(x4, layout)
     y, ind = adaptive.adaptive_max_pool2d(x, (5, 4), layout=layout)
     _, i_ref = ref.adaptive_max_pool2d(x4, (5, 4))
-    ind4 = ind.transpose(0, 3, 1, 2) if layout == "NHWC" else ind
+    ind4 = _from_layout(ind, layout)
     ok = np.array_equal(ind4, i_ref)
     go = rng.standard_normal(y.shape).astype(dtype)
-    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    go4 = _from_layout(go, layout)
     want = ref.adaptive_max_pool2d_backward(go4, x4.shape, i_ref)
     for det in (True, False):
         g = adaptive.adaptive_max_pool2d_backward(go, x, ind, layout=layout, deterministic=det)
-        ok &= _close(g.transpose(0, 3, 1, 2) if layout == "NHWC" else g, want, dtype)
+        ok &= _close(_from_layout(g, layout), want, dtype)
     return ok
 
 
@@ -69,17 +78,17 @@ def _check_avg(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
     from . import avg_pool
     from .slow import avg_pool as ref
     x4 = rng.standard_normal((2, 3, 13, 11)).astype(dtype)
-    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    x = _to_layout(x4, layout)
     y = avg_pool.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False, layout=layout)
-    y4 = y.transpose(0, 3, 1, 2) if layout == "NHWC" else y
+    y4 = _from_layout(y, layout)
     ok = _close(y4, ref.avg_pool2d(x4, (3, 3), (2, 2), (1, 1), True, False, None), dtype)
     go = rng.standard_normal(y.shape).astype(dtype)
-    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    go4 = _from_layout(go, layout)
     want = ref.avg_pool2d_backward(go4, x4.shape, (3, 3), (2, 2), (1, 1), True, False, None, 0)
     for det in (True, False):
         g = avg_pool.avg_pool2d_backward(go, x, 3, 2, 1, ceil_mode=True, count_include_pad=False, layout=layout,
                                          deterministic=det)
-        ok &= _close(g.transpose(0, 3, 1, 2) if layout == "NHWC" else g, want, dtype)
+        ok &= _close(_from_layout(g, layout), want, dtype)
     return ok
 
 
@@ -87,16 +96,16 @@ def _check_tf(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
     from . import tf_max_pool
     from .slow import tf_max_pool as ref
     x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
-    x = x4.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else x4
+    x = _to_layout(x4, layout)
     ksize, strides = ([1, 3, 3, 1], [1, 2, 2, 1]) if layout == "NHWC" else ([1, 1, 3, 3], [1, 1, 2, 2])
     y = tf_max_pool.max_pool(x, ksize, strides, "SAME", data_format=layout)
-    y4 = y.transpose(0, 3, 1, 2) if layout == "NHWC" else y
+    y4 = _from_layout(y, layout)
     ok = _close(y4, ref.max_pool(x4, (3, 3), (2, 2), "SAME"), dtype)
     go = rng.standard_normal(y.shape).astype(dtype)
-    go4 = go.transpose(0, 3, 1, 2) if layout == "NHWC" else go
+    go4 = _from_layout(go, layout)
     want = ref.max_pool_grad(x4, go4, (3, 3), (2, 2), "SAME")
     g = tf_max_pool.max_pool_grad(x, y, go, ksize, strides, "SAME", data_format=layout, check_orig_output=True)
-    return ok & _close(g.transpose(0, 3, 1, 2) if layout == "NHWC" else g, want, dtype)
+    return ok & _close(_from_layout(g, layout), want, dtype)
 
 
 CHECKS: list[tuple[str, Callable[[np.random.Generator, np.dtype, str], bool]]] = [
