@@ -58,7 +58,9 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
         band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
         rows = int(np.max(np.diff(part)))
-        scratch = np.empty((nthreads, rows * row_elems) if narrow else (1, 1), np.float32)
+        # 16-bit: one more output row per thread, where a contiguous grad_output row is widened at once
+        widen = go4.shape[3] * (C if channel else 1) if narrow else 0
+        scratch = np.empty((nthreads, rows * row_elems + widen) if narrow else (1, 1), np.float32)
     flags = np.zeros(units * (len(part) - 1), np.int8)
     # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
     # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.

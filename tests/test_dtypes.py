@@ -105,3 +105,26 @@ def test_dtype_codes_and_views():
     assert dtypes.dtype_code(np.int32) is None
     a = np.zeros(3, dtypes.bfloat16)
     assert dtypes.kernel_view(a).dtype == np.uint16 and dtypes.kernel_view(a).base is not None
+
+
+def test_row_converters_match_the_scalar_routines_on_every_pattern():
+    """The row converters the kernels use (F16C / AVX2 code when the CPU has it, else the portable loops)
+    give exactly the scalar results, NaNs aside (both quiet, same sign)."""
+    from poolgrad import _dtypes
+    x = _narrowing_inputs()
+    cases = [(_dtypes.f16_to_f32_row, _dtypes.f32_to_f16_row, dtypes.f16_to_f32, dtypes.f32_to_f16, np.float16),
+             (_dtypes.bf16_to_f32_row, _dtypes.f32_to_bf16_row, dtypes.bf16_to_f32, dtypes.f32_to_bf16,
+              ml_dtypes.bfloat16)]
+    for portable in (False, True):
+        _dtypes.force_portable_rows(portable)
+        try:
+            for widen_row, narrow_row, widen, narrow, dt in cases:
+                wide = np.empty(ALL16.size, np.float32)
+                widen_row(ALL16, wide)
+                _same_bits_or_both_nan(wide.view(np.uint32), widen(ALL16).view(np.uint32),
+                                       lambda b: b.view(np.float32))
+                bits = np.empty(x.size, np.uint16)
+                narrow_row(x, bits)
+                _same_bits_or_both_nan(bits, narrow(x), lambda b: b.view(dt).astype(np.float32))
+        finally:
+            _dtypes.force_portable_rows(False)
