@@ -5,7 +5,8 @@
 #   scripts/build_variant.sh no-openmp [pytest args...]   build without OpenMP (serial kernels)
 #   scripts/build_variant.sh native    [pytest args...]   -march=native build (opt-in, see README)
 #
-# The working tree's own build is left alone.  With no pytest args the whole suite runs.
+# The working tree's own build is left alone.  With no pytest args the whole suite runs.  The Python used
+# ($PYTHON, default python3) needs the build requirements: pip install "Cython>=3.0" "setuptools>=77" numpy.
 #
 # ASan: the extensions are compiled with POOLGRAD_ASAN=1 (-fsanitize=address, see setup.py); CPython itself is
 # not, so gcc's libasan is preloaded and leak detection is off (CPython's arenas would drown real reports).
