@@ -165,19 +165,43 @@ def _layout(a4: np.ndarray, layout: str) -> np.ndarray:
     return np.ascontiguousarray(a4.transpose(0, 2, 3, 1) if layout == "NHWC" else a4)
 
 
+def _case_input(shape: tuple[int, ...], layout: str, dtype: str) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
+    """(rng, x4 float32 logical NCHW, x in ``layout`` and ``dtype``), the same for every run of a case."""
+    rng = np.random.default_rng(0)
+    x4 = rng.standard_normal(shape, dtype=np.float32)
+    return rng, x4, _layout(x4, layout).astype(_np_dtype(dtype))
+
+
+def _out_like(x: np.ndarray) -> np.ndarray | None:
+    """poolgrad's ``out=`` argument: a preallocated output in --out mode, else None (allocate per call)."""
+    return np.empty_like(x) if OUTPUT_MODE == "out" else None
+
+
+def _torch_timer(nt: int, like: Any, call: Callable[[], Any], call_out: Callable[[Any], Any]) -> Callable[[], None]:
+    """A PyTorch call to time with ``nt`` threads: ``call()`` allocating its output, or in --out mode
+    ``call_out(t)`` writing into one tensor ``t`` shaped like ``like``, allocated once here."""
+    import torch
+    tout = torch.empty_like(like) if OUTPUT_MODE == "out" else None
+
+    def run() -> None:
+        torch.set_num_threads(nt)
+        if tout is None:
+            call()
+        else:
+            call_out(tout)
+    return run
+
+
 def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, layout: str, dtype: str,
                            threads: int, deterministic: bool, index_dtype: Any = np.int64) -> Case:
     """``max_pool2d_with_indices_backward`` versus ``torch.ops.aten.max_pool2d_with_indices_backward``."""
     from .max_pool_indices import max_pool2d_with_indices, max_pool2d_with_indices_backward
 
     def make(nt: int) -> dict:
-        rng = np.random.default_rng(0)
-        x4 = rng.standard_normal((N, C, H, W), dtype=np.float32)
-        dt = _np_dtype(dtype)
-        x = _layout(x4, layout).astype(dt)
+        rng, x4, x = _case_input((N, C, H, W), layout, dtype)
         y, ind = max_pool2d_with_indices(x, k, s, p, layout=layout, index_dtype=index_dtype)
-        go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
-        out = np.empty_like(x) if OUTPUT_MODE == "out" else None
+        go = rng.standard_normal(y.shape, dtype=np.float32).astype(x.dtype)
+        out = _out_like(x)
         fns: dict[str, Any] = {
             "poolgrad": lambda: max_pool2d_with_indices_backward(go, x, ind, k, s, p, layout=layout, out=out,
                                                                  deterministic=deterministic, num_threads=nt),
@@ -187,18 +211,9 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
             import torch
             xt = _torch_in_layout(x4, layout, dtype)
             _, it = torch.nn.functional.max_pool2d(xt, k, s, p, return_indices=True)
-            got = _torch_grad(go, layout, dtype)
-
-            tout = torch.empty_like(xt) if OUTPUT_MODE == "out" else None
-
-            def run_torch() -> None:
-                torch.set_num_threads(nt)
-                args = (got, xt, [k, k], [s, s], [p, p], [1, 1], False, it)
-                if tout is None:
-                    torch.ops.aten.max_pool2d_with_indices_backward(*args)
-                else:
-                    torch.ops.aten.max_pool2d_with_indices_backward.grad_input(*args, grad_input=tout)
-            fns["torch"] = run_torch
+            args = (_torch_grad(go, layout, dtype), xt, [k, k], [s, s], [p, p], [1, 1], False, it)
+            op = torch.ops.aten.max_pool2d_with_indices_backward
+            fns["torch"] = _torch_timer(nt, xt, lambda: op(*args), lambda t: op.grad_input(*args, grad_input=t))
         return fns
 
     idx = "i32" if np.dtype(index_dtype) == np.int32 else "i64"
@@ -212,13 +227,10 @@ def adaptive_backward_case(N: int, C: int, H: int, W: int, out_hw: tuple[int, in
     from .adaptive import adaptive_max_pool2d, adaptive_max_pool2d_backward
 
     def make(nt: int) -> dict:
-        rng = np.random.default_rng(0)
-        x4 = rng.standard_normal((N, C, H, W), dtype=np.float32)
-        dt = _np_dtype(dtype)
-        x = _layout(x4, layout).astype(dt)
+        rng, x4, x = _case_input((N, C, H, W), layout, dtype)
         y, ind = adaptive_max_pool2d(x, out_hw, layout=layout)
-        go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
-        out = np.empty_like(x) if OUTPUT_MODE == "out" else None
+        go = rng.standard_normal(y.shape, dtype=np.float32).astype(x.dtype)
+        out = _out_like(x)
         fns: dict[str, Any] = {
             "poolgrad": lambda: adaptive_max_pool2d_backward(go, x, ind, layout=layout, out=out,
                                                              deterministic=deterministic, num_threads=nt),
@@ -228,17 +240,9 @@ def adaptive_backward_case(N: int, C: int, H: int, W: int, out_hw: tuple[int, in
             import torch
             xt = _torch_in_layout(x4, layout, dtype)
             _, it = torch.nn.functional.adaptive_max_pool2d(xt, out_hw, return_indices=True)
-            got = _torch_grad(go, layout, dtype)
-
-            tout = torch.empty_like(xt) if OUTPUT_MODE == "out" else None
-
-            def run_torch() -> None:
-                torch.set_num_threads(nt)
-                if tout is None:
-                    torch.ops.aten.adaptive_max_pool2d_backward(got, xt, it)
-                else:
-                    torch.ops.aten.adaptive_max_pool2d_backward.grad_input(got, xt, it, grad_input=tout)
-            fns["torch"] = run_torch
+            args = (_torch_grad(go, layout, dtype), xt, it)
+            op = torch.ops.aten.adaptive_max_pool2d_backward
+            fns["torch"] = _torch_timer(nt, xt, lambda: op(*args), lambda t: op.grad_input(*args, grad_input=t))
         return fns
 
     return Case("adaptive_max_pool2d_backward", f"{N}x{C}x{H}x{W} -> {out_hw[0]}x{out_hw[1]}", layout, dtype,
@@ -261,13 +265,10 @@ def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, la
     from .avg_pool import avg_pool2d, avg_pool2d_backward
 
     def make(nt: int) -> dict:
-        rng = np.random.default_rng(0)
-        x4 = rng.standard_normal((N, C, H, W), dtype=np.float32)
-        dt = _np_dtype(dtype)
-        x = _layout(x4, layout).astype(dt)
+        rng, x4, x = _case_input((N, C, H, W), layout, dtype)
         y = avg_pool2d(x, k, s, p, layout=layout)
-        go = rng.standard_normal(y.shape, dtype=np.float32).astype(dt)
-        out = np.empty_like(x) if OUTPUT_MODE == "out" else None
+        go = rng.standard_normal(y.shape, dtype=np.float32).astype(x.dtype)
+        out = _out_like(x)
         fns: dict[str, Any] = {
             "poolgrad": lambda: avg_pool2d_backward(go, x, k, s, p, layout=layout, deterministic=deterministic,
                                                     out=out, num_threads=nt),
@@ -276,18 +277,9 @@ def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, la
         if has_torch():
             import torch
             xt = _torch_in_layout(x4, layout, dtype)
-            got = _torch_grad(go, layout, dtype)
-
-            tout = torch.empty_like(xt) if OUTPUT_MODE == "out" else None
-
-            def run_torch() -> None:
-                torch.set_num_threads(nt)
-                args = (got, xt, [k, k], [s, s], [p, p], False, True, None)
-                if tout is None:
-                    torch.ops.aten.avg_pool2d_backward(*args)
-                else:
-                    torch.ops.aten.avg_pool2d_backward.grad_input(*args, grad_input=tout)
-            fns["torch"] = run_torch
+            args = (_torch_grad(go, layout, dtype), xt, [k, k], [s, s], [p, p], False, True, None)
+            op = torch.ops.aten.avg_pool2d_backward
+            fns["torch"] = _torch_timer(nt, xt, lambda: op(*args), lambda t: op.grad_input(*args, grad_input=t))
         return fns
 
     return Case("avg_pool2d_backward", f"{N}x{C}x{H}x{W} k{k}s{s}p{p}", layout, dtype, threads, deterministic,
@@ -310,7 +302,7 @@ def max_pool_grad_case(N: int, H: int, W: int, C: int, k: int, s: int, padding: 
         x1 = (xh if layout == "NHWC" else np.ascontiguousarray(xh.transpose(0, 3, 1, 2))).astype(dt)
         x2 = max_pool(x1, ksize, strides, padding, data_format=layout)
         grad = rng.standard_normal(x2.shape, dtype=np.float32).astype(dt)
-        out = np.empty_like(x1) if OUTPUT_MODE == "out" else None
+        out = _out_like(x1)
         return {
             "poolgrad": lambda: max_pool_grad(x1, x2, grad, ksize, strides, padding, data_format=layout, out=out,
                                               deterministic=deterministic, num_threads=nt),
@@ -463,7 +455,7 @@ def elementwise_case(n: int, dtype: str, threads: int) -> Case:
         y = rng.integers(0, 4, size=n).astype(np.float32).astype(dt)
         dy = rng.standard_normal(n, dtype=np.float32).astype(dt)
         zero16 = np.zeros((), dt)
-        out = np.empty_like(dy) if OUTPUT_MODE == "out" else None
+        out = _out_like(dy)
         fns: dict[str, Any] = {"poolgrad": lambda: max_pooling_grad(dy, x, y, out=out, num_threads=nt),
                                "numpy": lambda: np.where(x == y, dy, zero16),
                                "bytes": 4 * dy.nbytes}
@@ -474,15 +466,8 @@ def elementwise_case(n: int, dtype: str, threads: int) -> Case:
             else:
                 tx, ty, tdy = (torch.from_numpy(a) for a in (x, y, dy))
             zero = torch.zeros((), dtype=tdy.dtype)
-            tout = torch.empty_like(tdy) if OUTPUT_MODE == "out" else None
-
-            def run_torch() -> None:
-                torch.set_num_threads(nt)
-                if tout is None:
-                    torch.where(tx == ty, tdy, zero)
-                else:
-                    torch.where(tx == ty, tdy, zero, out=tout)
-            fns["torch"] = run_torch
+            fns["torch"] = _torch_timer(nt, tdy, lambda: torch.where(tx == ty, tdy, zero),
+                                        lambda t: torch.where(tx == ty, tdy, zero, out=t))
         return fns
 
     return Case("max_pooling_grad", f"{n >> 20}M elements", "-", dtype, threads, None, make)
