@@ -7,6 +7,7 @@ import numpy as np
 from . import _max_pool_indices
 from .config import threads_for
 from .errors import ParamInvalidError
+from .params import split_evenly
 
 # Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
 # 16-bit types: 4 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
@@ -15,11 +16,6 @@ from .errors import ParamInvalidError
 BAND_MAX = 1 << 20
 # Aim for at least this many work items per thread so that uneven items still balance.
 ITEMS_PER_THREAD = 8
-
-
-def _parts(length: int, count: int) -> np.ndarray:
-    count = max(1, min(count, length))
-    return (np.arange(count + 1, dtype=np.int64) * length) // count
 
 
 def channel_inner(arr4: np.ndarray) -> bool:
@@ -47,14 +43,14 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     narrow = dt in ("f16", "bf16")
     use_atomic = (not deterministic) and not narrow and units < nthreads
     if use_atomic:
-        part = _parts(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+        part = split_evenly(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
         band_oa = band_ob = None
         scratch = np.empty((1, 1), np.float32)
     else:
         nb = -(-H * row_elems // BAND_MAX)
         if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
             nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
-        part = _parts(H, nb)
+        part = split_evenly(H, nb)
         band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
         band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
         rows = int(np.max(np.diff(part)))

@@ -9,13 +9,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _avg_pool
-from ._scatter import _parts, channel_inner
+from ._scatter import channel_inner
 from .config import resolve_deterministic, resolve_num_threads, threads_for
 from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
 from .max_pool_indices import PoolParams, check_grad_like, check_input, logical_shape
 from .params import (alloc_like_order, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
-                     to_nchw)
+                     split_evenly, to_nchw)
 
 __all__ = ["avg_pool2d", "avg_pool2d_backward", "CUBE_MATH_TYPES"]
 
@@ -353,7 +353,7 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     nb = 1
     if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
         nb = -(-ITEMS_PER_THREAD * nthreads // units)
-    part = _parts(H, nb)
+    part = split_evenly(H, nb)
     nthreads = max(1, min(nthreads, units * (len(part) - 1)))
     cap = max(1, int(np.max(chi_h - clo_h)))  # ring of expanded output rows: the most covering one input row
     sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs]  # Cs, Tp, G, U (16-bit row)

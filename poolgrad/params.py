@@ -18,7 +18,7 @@ from .errors import ParamInvalidError, ParamNullptrError
 __all__ = [
     "as_array", "check_dtype", "check_same_dtype", "check_rank", "parse_layout", "parse_pair", "parse_stride",
     "parse_bool", "to_nchw", "pool_output_size", "pool_windows", "adaptive_windows", "prepare_out",
-    "alloc_like_order", "kernel_input", "kernel_output", "check_index_dtype", "shape_message_params",
+    "alloc_like_order", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
 ]
 
 # Parameters (kernel sizes, strides, paddings, dilations, output sizes) above this are refused: every product the
@@ -240,6 +240,13 @@ def _adaptive_windows(size: int, out: int) -> dict[str, np.ndarray]:
     return _frozen({"start": start, "count": end - start, "lo": start, "hi": end})
 
 
+def split_evenly(length: int, count: int) -> np.ndarray:
+    """``count + 1`` int64 bounds splitting ``range(length)`` into ``count`` near-equal parts (``count`` clipped
+    to ``[1, length]``): the row bands and chunks the kernels' work items own."""
+    count = max(1, min(count, length))
+    return (np.arange(count + 1, dtype=np.int64) * length) // count
+
+
 def to_nchw(arr: np.ndarray, layout: str) -> np.ndarray:
     """Logical (N, C, H, W) view of a 3-D or 4-D array in ``layout`` (no copy)."""
     if arr.ndim == 3:
@@ -327,7 +334,3 @@ def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
         return bool(np.shares_memory(a, b, max_work=100_000))
     except np.exceptions.TooHardError:
         return True  # cannot prove the views disjoint: refuse rather than risk aliasing
-
-
-def shape_message_params(**params: Any) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items())
