@@ -350,3 +350,16 @@ def test_torch_tensors_accepted_without_copy():
     np.testing.assert_array_equal(y, yt.numpy())
     g = pg.max_pool2d_with_indices_backward(torch.from_numpy(y), x, torch.from_numpy(ind), 2)
     assert g.shape == (2, 3, 8, 8)
+
+
+@needs_torch
+def test_bfloat16_torch_tensor_needs_the_documented_view():
+    t = torch.randn(1, 2, 4, 4).to(torch.bfloat16)
+    with pytest.raises(pg.ParamInvalidError, match="x: could not be viewed"):
+        pg.max_pool2d_with_indices(t, 2)
+    view = t.view(torch.int16).numpy().view(pg.bfloat16)          # the README's recipe: no copy
+    assert np.shares_memory(view, t.view(torch.int16).numpy())
+    y, ind = pg.max_pool2d_with_indices(view, 2)
+    yt, it = torch.nn.functional.max_pool2d(t.float(), 2, return_indices=True)
+    np.testing.assert_array_equal(ind, it.numpy())
+    np.testing.assert_array_equal(y.astype(np.float32), yt.numpy())
