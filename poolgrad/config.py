@@ -114,6 +114,7 @@ def get_config() -> dict:
     except OSError:
         build = {}
     import numpy as np
+    from . import _avg_pool, _dtypes, _tf_max_pool
     return {
         "openmp": bool(_config.openmp_enabled()),
         "omp_max_threads": int(_config.omp_max_threads()),
@@ -121,6 +122,10 @@ def get_config() -> dict:
         "native_build": bool(build.get("native", False)),
         "asan_build": bool(build.get("asan", False)),
         "compile_args": build.get("compile_args", []),
+        # vector variants chosen at import from what this CPU has (the results are the same bits either way)
+        "tf_max_pool_isa": ("baseline", "avx2", "avx512")[_tf_max_pool.isa_level()],
+        "avg_pool_simd": _avg_pool.simd(),
+        "f16c_rows": bool(_dtypes.have_f16c()),
         "deterministic_default": _deterministic,
         "python": sys.version.split()[0],
         "numpy": np.__version__,

@@ -70,6 +70,8 @@ def test_show_config(capsys):
     assert "openmp" in text and "omp_max_threads" in text
     cfg = pg.get_config()
     assert isinstance(cfg["openmp"], bool) and cfg["omp_max_threads"] >= 1
+    assert cfg["tf_max_pool_isa"] in ("baseline", "avx2", "avx512") and "tf_max_pool_isa" in text
+    assert isinstance(cfg["avg_pool_simd"], str) and isinstance(cfg["f16c_rows"], bool)
 
 
 def test_errors_hierarchy():
