@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,7 +13,7 @@ from .config import resolve_deterministic, resolve_num_threads, threads_for
 from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
 from .max_pool_indices import PoolParams, check_grad_like, check_input, logical_shape
-from .params import (alloc_like_order, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
+from .params import (alloc_like_order, as_int, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
                      split_evenly, to_nchw)
 
 __all__ = ["avg_pool2d", "avg_pool2d_backward", "CUBE_MATH_TYPES"]
@@ -45,12 +44,7 @@ def _parse_divisor(value: Any) -> int:
     """None or 0 (not used) or a non-zero int64 (negative allowed, as in PyTorch); bools are refused."""
     if value is None:
         return 0
-    if isinstance(value, (bool, np.bool_)):
-        raise ParamInvalidError(f"divisor_override: expected None or an int, got {value!r}")
-    try:
-        d = operator.index(value)
-    except TypeError:
-        raise ParamInvalidError(f"divisor_override: expected None or an int, got {value!r}") from None
+    d = as_int(value, "divisor_override", "None or an int")
     if not _INT64_MIN <= d <= _INT64_MAX:
         raise ParamInvalidError(f"divisor_override: expected an int64 value, got {d}")
     return d
@@ -59,12 +53,7 @@ def _parse_divisor(value: Any) -> int:
 def _parse_cube_math_type(value: Any, x: np.ndarray, dt: str) -> int:
     """0-3 (bools refused), and the dtype restrictions of USE_HF32 (float32 only) and USE_FP16 (no bfloat16)."""
     want = ", ".join(f"{k} ({v})" for k, v in CUBE_MATH_TYPES.items())
-    if isinstance(value, (bool, np.bool_)):
-        raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {value!r}")
-    try:
-        mode = operator.index(value)
-    except TypeError:
-        raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {value!r}") from None
+    mode = as_int(value, "cube_math_type", f"one of {want}")
     if mode not in CUBE_MATH_TYPES:
         raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {mode}")
     if mode == 3 and dt != "f32":

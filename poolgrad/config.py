@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import operator
 import os
 import sys
 import threading
@@ -11,6 +10,7 @@ from typing import Iterator
 
 from . import _config
 from .errors import ParamInvalidError
+from .params import as_int
 
 __all__ = ["set_deterministic", "is_deterministic", "deterministic", "resolve_deterministic",
            "resolve_num_threads", "threads_for", "show_config", "get_config"]
@@ -81,12 +81,7 @@ def resolve_num_threads(value: object) -> int:
     """
     if value is None:
         return max(1, int(_config.omp_max_threads()))
-    if isinstance(value, bool):
-        raise ParamInvalidError(f"num_threads: expected None or a positive int, got {value!r}")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise ParamInvalidError(f"num_threads: expected None or a positive int, got {value!r}") from None
+    n = as_int(value, "num_threads", "None or a positive int")
     if n < 1:
         raise ParamInvalidError(f"num_threads: expected None or a positive int, got {n}")
     if not _config.openmp_enabled():

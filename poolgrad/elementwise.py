@@ -17,7 +17,8 @@ from . import _elementwise
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
-from .params import alloc_like_order, as_array, check_dtype, check_same_dtype, kernel_input, prepare_out
+from .params import (alloc_like_order, as_array, check_dtype, check_same_dtype, kernel_friendly, kernel_input,
+                     prepare_out)
 
 __all__ = ["max_pooling_grad"]
 
@@ -124,9 +125,7 @@ def max_pooling_grad(dy: Any, x: Any, y: Any, *, out: np.ndarray | None = None,
 
 def _kernel_writable(arr: np.ndarray) -> bool:
     """Whether the kernel may write ``arr`` directly: aligned, whole-element strides, no self-overlap."""
-    item = arr.dtype.itemsize
-    return (arr.flags.aligned and all(st % item == 0 for st in arr.strides)
-            and not _may_self_overlap(arr))
+    return kernel_friendly(arr) and not _may_self_overlap(arr)
 
 
 def _may_self_overlap(arr: np.ndarray) -> bool:

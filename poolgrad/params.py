@@ -18,7 +18,7 @@ from .errors import ParamInvalidError, ParamNullptrError
 __all__ = [
     "as_array", "check_dtype", "check_same_dtype", "check_rank", "parse_layout", "parse_pair", "parse_stride",
     "parse_bool", "to_nchw", "pool_output_size", "pool_windows", "adaptive_windows", "prepare_out",
-    "alloc_like_order", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
+    "as_int", "alloc_like_order", "kernel_friendly", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
 ]
 
 # Parameters (kernel sizes, strides, paddings, dilations, output sizes) above this are refused: every product the
@@ -114,13 +114,20 @@ def parse_bool(value: Any, name: str) -> bool:
     raise ParamInvalidError(f"{name}: expected a bool, got {value!r}")
 
 
+def as_int(value: Any, name: str, expected: str, shown: Any = None) -> int:
+    """``value`` as a Python int (a Python or NumPy integer; bools and everything else are refused with
+    ``ParamInvalidError("{name}: expected {expected}, got ...")``, showing ``shown`` if given, else ``value``)."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    shown = value if shown is None else shown
+    raise ParamInvalidError(f"{name}: expected {expected}, got {shown!r}")
+
+
 def _as_int(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise ParamInvalidError(f"{name}: expected an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ParamInvalidError(f"{name}: expected an int or a sequence of 1 or 2 ints, got {value!r}") from None
+    return as_int(value, name, "an int or a sequence of 1 or 2 ints")
 
 
 def _as_seq(value: Any, name: str) -> list[int] | None:
@@ -267,14 +274,15 @@ def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any, zeros: b
     return buf.transpose(np.argsort(order))
 
 
-def _kernel_friendly(arr: np.ndarray) -> bool:
+def kernel_friendly(arr: np.ndarray) -> bool:
+    """Aligned data and strides that are whole elements: what every kernel's addressing assumes."""
     item = arr.dtype.itemsize
     return arr.flags.aligned and all(st % item == 0 for st in arr.strides)
 
 
 def kernel_input(arr: np.ndarray) -> np.ndarray:
     """Inputs whose strides are not whole elements or whose data is misaligned are copied (same axis order)."""
-    if _kernel_friendly(arr):
+    if kernel_friendly(arr):
         return arr
     copy = alloc_like_order(arr, arr.shape, arr.dtype)
     copy[...] = arr
@@ -285,7 +293,7 @@ def kernel_output(out4: np.ndarray, dense_hw: bool = True) -> np.ndarray:
     """The array a kernel may write: ``out4`` itself, or a contiguous scratch array (NCHW, or NHWC when ``out4``
     stores channels innermost) when ``out4`` is misaligned, has partial-element strides or (``dense_hw``) an H
     stride other than W times its W stride.  The caller copies a scratch result back into ``out4``."""
-    if _kernel_friendly(out4) and (not dense_hw or out4.shape[2] <= 1 or
+    if kernel_friendly(out4) and (not dense_hw or out4.shape[2] <= 1 or
                                    out4.strides[2] == out4.shape[3] * out4.strides[3]):
         return out4
     s = [abs(v) for v in out4.strides]

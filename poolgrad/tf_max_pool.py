@@ -17,7 +17,6 @@ Both functions run the kernels of ``_tf_max_pool.pyx`` (see its docstring for th
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,7 +26,7 @@ from ._scatter import channel_inner
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
-from .params import (MAX_PARAM, alloc_like_order, as_array, check_dtype, check_rank, kernel_input, kernel_output,
+from .params import (MAX_PARAM, alloc_like_order, as_int, as_array, check_dtype, check_rank, kernel_input, kernel_output,
                      parse_bool, parse_layout, prepare_out, to_nchw)
 
 __all__ = ["max_pool", "max_pool_grad"]
@@ -60,14 +59,7 @@ def _parse_window_param(value: Any, name: str, data_format: str) -> tuple[int, i
         raise ParamInvalidError(f"{name}: expected {expected}, got {value!r}")
     if len(value) != 4:
         raise ParamInvalidError(f"{name}: expected {expected}, got {len(value)} values {tuple(value)!r}")
-    ints = []
-    for v in value:
-        if isinstance(v, (bool, np.bool_)):
-            raise ParamInvalidError(f"{name}: expected {expected}, got a bool in {tuple(value)!r}")
-        try:
-            ints.append(operator.index(v))
-        except TypeError:
-            raise ParamInvalidError(f"{name}: expected {expected}, got {tuple(value)!r}") from None
+    ints = [as_int(v, name, expected, shown=tuple(value)) for v in value]
     nc = (0, 3) if data_format == "NHWC" else (0, 1)
     hw = (1, 2) if data_format == "NHWC" else (2, 3)
     if ints[nc[0]] != 1 or ints[nc[1]] != 1:
