@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _elementwise
-from .config import resolve_deterministic, resolve_num_threads
+from .config import GRAIN, resolve_deterministic, resolve_num_threads, threads_for
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .params import (alloc_like_order, as_array, check_dtype, check_same_dtype, kernel_friendly, kernel_input,
@@ -24,9 +24,10 @@ __all__ = ["max_pooling_grad"]
 
 MAX_DIMS = 8
 
-# Below this many elements per thread, extra threads cost more (team wake-up, a few microseconds) than the
-# work they take over; the result does not depend on the thread count either way.
-_GRAIN = 32768
+# Elements per thread below which more threads do not pay (config.GRAIN; a module name so tests can shrink it
+# to force many small blocks).
+_GRAIN = GRAIN
+
 # Work items per thread, taken dynamically: a thread that loses its core to another process for a while leaves
 # its remaining blocks to the others instead of stalling the whole call.
 _BLOCKS_PER_THREAD = 8
@@ -115,7 +116,7 @@ def max_pooling_grad(dy: Any, x: Any, y: Any, *, out: np.ndarray | None = None,
               kernel_view(target)]
     offsets, shape, strides = _coalesce(arrays)
     total = math.prod(shape)
-    nthreads = max(1, min(nthreads, total // _GRAIN))
+    nthreads = threads_for(total, nthreads, _GRAIN)
     nblocks = 1 if nthreads == 1 else max(nthreads, min(total // _GRAIN, _BLOCKS_PER_THREAD * nthreads))
     _elementwise.max_pooling_grad(dt, *arrays, offsets, shape, strides, nblocks, nthreads)
     if target is not dx:
