@@ -14,7 +14,7 @@ from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
 from .max_pool_indices import PoolParams, check_grad_like, check_input, logical_shape
 from .params import (alloc_like_order, as_int, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
-                     split_evenly, to_nchw)
+                     read_only, split_evenly, to_nchw)
 
 __all__ = ["avg_pool2d", "avg_pool2d_backward", "CUBE_MATH_TYPES"]
 
@@ -98,12 +98,6 @@ def _kernel_mode(cube: int, dt: str) -> int:
     return _MODE_DIV                                     # KEEP_DTYPE, or mode 1 on non-float32 input
 
 
-def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    for a in arrays:
-        a.setflags(write=False)
-    return arrays
-
-
 @functools.lru_cache(maxsize=64)
 def _windows(key: tuple) -> tuple[np.ndarray, ...]:
     """Per output row / column: the clipped input range [lo, hi) of its window, for both axes."""
@@ -112,7 +106,7 @@ def _windows(key: tuple) -> tuple[np.ndarray, ...]:
     for win in (wh, ww):  # cannot happen with 2p <= k; never hand a kernel an empty window
         if np.any(win["count"] == 0):
             raise ParamInvalidError("x: some pooling window contains no input cell")
-    return _frozen(wh["lo"], wh["hi"], ww["lo"], ww["hi"])
+    return read_only(wh["lo"], wh["hi"], ww["lo"], ww["hi"])
 
 
 def _axis_divisor(size: int, out: int, k: int, s: int, p: int, lo: np.ndarray, hi: np.ndarray,
@@ -132,12 +126,12 @@ def _divisors(key: tuple, acc: str) -> tuple[np.ndarray, np.ndarray]:
     differ, so the table has few rows."""
     (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw), cip, override = key
     if override:
-        return _frozen(np.full((1, Wo), override, dtype=np.int64).astype(acc), np.zeros(Ho, np.int64))
+        return read_only(np.full((1, Wo), override, dtype=np.int64).astype(acc), np.zeros(Ho, np.int64))
     lo_h, hi_h, lo_w, hi_w = _windows(key)
     dh = _axis_divisor(H, Ho, kh, sh, ph, lo_h, hi_h, cip)
     dw = _axis_divisor(W, Wo, kw, sw, pw, lo_w, hi_w, cip)
     rows, hidx = np.unique(dh, return_inverse=True)
-    return _frozen((rows[:, None] * dw[None, :]).astype(acc), hidx.reshape(-1).astype(np.int64))
+    return read_only((rows[:, None] * dw[None, :]).astype(acc), hidx.reshape(-1).astype(np.int64))
 
 
 def _cover(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +193,7 @@ def _backward_tables(key: tuple, acc: str, mode: int, channels: int, gather: boo
         left = right = 0
     else:
         ph_n, ph_o, left, right = _phases(W, Wo, kw, sw, pw)
-    return _frozen(dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o) + (left, right)
+    return read_only(dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o) + (left, right)
 
 
 def _round_up(n: int, m: int = 16) -> int:

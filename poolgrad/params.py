@@ -183,9 +183,15 @@ def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool)
     return out
 
 
-def _frozen(tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    for arr in tables.values():
+def read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Mark cached tables read-only (so no caller can corrupt a cache entry) and return them."""
+    for arr in arrays:
         arr.setflags(write=False)
+    return arrays
+
+
+def _frozen(tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    read_only(*tables.values())
     return tables
 
 
