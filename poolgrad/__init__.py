@@ -9,7 +9,9 @@ Public API (all functions validate their inputs and raise :class:`PoolGradError`
 * :func:`max_pool` / :func:`max_pool_grad` (TensorFlow MaxPool / MaxPoolGrad)
 * determinism and threads: :func:`set_deterministic`, :func:`is_deterministic`, :func:`deterministic`,
   :func:`show_config`
+* recycling of large outputs: :func:`set_buffer_cache_limit`, :func:`buffer_cache_info`, :func:`release_buffers`
 """
+from .buffers import buffer_cache_info, release_buffers, set_buffer_cache_limit
 from .config import deterministic, get_config, is_deterministic, set_deterministic, show_config
 from .dtypes import bfloat16
 from .elementwise import max_pooling_grad
@@ -28,5 +30,5 @@ __all__ = [
     "max_pooling_grad", "max_pool", "max_pool_grad",
     "set_deterministic", "is_deterministic", "deterministic", "show_config", "get_config",
     "PoolGradError", "ParamNullptrError", "ParamInvalidError", "ACLNN_ERR_PARAM_NULLPTR",
-    "ACLNN_ERR_PARAM_INVALID", "bfloat16",
+    "ACLNN_ERR_PARAM_INVALID", "bfloat16", "set_buffer_cache_limit", "buffer_cache_info", "release_buffers",
 ]

@@ -14,14 +14,11 @@ from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .params import (as_array, check_dtype, check_index_dtype, check_rank, check_same_dtype, kernel_input,
                      kernel_output, parse_bool, parse_layout, parse_pair, parse_stride, pool_output_size,
-                     pool_windows, prepare_out, to_nchw, alloc_like_order)
+                     pool_windows, prepare_out, to_nchw, alloc_like_order, alloc_like_order_zeroed)
 
 __all__ = ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"]
 
 IntOrPair = int | Sequence[int]
-
-# glibc serves allocations of at least 32 MiB (its largest dynamic mmap threshold) with fresh, zeroed pages.
-FRESH_ZEROS_MIN_BYTES = 32 << 20
 
 
 def check_input(x: Any, layout: Any, name: str = "x") -> tuple[np.ndarray, str, str]:
@@ -228,11 +225,12 @@ def scatter_backward(grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray
     """Validated tail shared with adaptive pooling: resolve modes, allocate, run the scatter kernels."""
     det = resolve_deterministic(deterministic)
     nthreads = resolve_num_threads(num_threads)
-    # A large output allocated here comes zero-filled for free (calloc maps fresh zero pages above glibc's
-    # mmap threshold), so the kernels can skip zeroing it; a smaller one would be memset by calloc in a separate
-    # pass, worse than the kernels zeroing each band while it is in cache.
-    fresh_zeros = out is None and x.nbytes >= FRESH_ZEROS_MIN_BYTES
-    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)], zeros=fresh_zeros)
+    # A large output allocated here may be freshly mapped memory, whose pages the OS zero-fills on first touch:
+    # then the kernels skip zeroing it (a full write of grad_x saved).  Recycled or small blocks hold old data.
+    if out is None:
+        gx, fresh_zeros = alloc_like_order_zeroed(x, x.shape, x.dtype)
+    else:
+        gx, fresh_zeros = prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)]), False
     gx4 = to_nchw(gx, layout)
     if gx4.shape[0] == 0:
         return gx

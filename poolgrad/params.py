@@ -12,13 +12,14 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import buffers
 from .dtypes import SUPPORTED_DTYPES, dtype_code
 from .errors import ParamInvalidError, ParamNullptrError
 
 __all__ = [
     "as_array", "check_dtype", "check_same_dtype", "check_rank", "parse_layout", "parse_pair", "parse_stride",
     "parse_bool", "to_nchw", "pool_output_size", "pool_windows", "adaptive_windows", "prepare_out",
-    "as_int", "alloc_like_order", "kernel_friendly", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
+    "as_int", "alloc_like_order", "alloc_like_order_zeroed", "kernel_friendly", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
 ]
 
 # Parameters (kernel sizes, strides, paddings, dilations, output sizes) above this are refused: every product the
@@ -269,15 +270,22 @@ def to_nchw(arr: np.ndarray, layout: str) -> np.ndarray:
     return arr
 
 
-def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any, zeros: bool = False) -> np.ndarray:
+def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any) -> np.ndarray:
     """New array of ``shape`` whose axes are laid out in memory in the order of ``ref``'s strides.
 
     So an output follows its input: channels-last in, channels-last out (as PyTorch keeps memory format).
-    ``zeros``: allocate zero-filled (``np.zeros``: calloc, whose large blocks are fresh zero pages).
+    Contents are unspecified; large arrays come from the block cache (:mod:`poolgrad.buffers`).
     """
+    return alloc_like_order_zeroed(ref, shape, dtype)[0]
+
+
+def alloc_like_order_zeroed(ref: np.ndarray, shape: Sequence[int], dtype: Any) -> tuple[np.ndarray, bool]:
+    """:func:`alloc_like_order`, and whether the memory is known to be all zeros (a freshly mapped block)."""
     order = sorted(range(ref.ndim), key=lambda a: (-abs(ref.strides[a]), a))
-    buf = (np.zeros if zeros else np.empty)([shape[a] for a in order], dtype=dtype)
-    return buf.transpose(np.argsort(order))
+    dtype = np.dtype(dtype)
+    dims = [shape[a] for a in order]
+    raw, zeroed = buffers.take(functools.reduce(operator.mul, dims, 1) * dtype.itemsize)
+    return raw.view(dtype).reshape(dims).transpose(np.argsort(order)), zeroed
 
 
 def kernel_friendly(arr: np.ndarray) -> bool:
@@ -310,14 +318,14 @@ def kernel_output(out4: np.ndarray, dense_hw: bool = True) -> np.ndarray:
 
 
 def prepare_out(out: Any, x: np.ndarray, inputs: Sequence[tuple[str, np.ndarray]], name: str = "out",
-                allow_same: np.ndarray | None = None, zeros: bool = False) -> np.ndarray:
-    """Validate a user-supplied ``out`` (or allocate one in ``x``'s memory order, zero-filled if ``zeros``).
+                allow_same: np.ndarray | None = None) -> np.ndarray:
+    """Validate a user-supplied ``out`` (or allocate one in ``x``'s memory order).
 
     ``out`` must be a writeable ndarray with ``x``'s shape and dtype that shares no memory with any input;
     ``allow_same`` names the one input ``out`` may be exactly (same data pointer, shape and strides).
     """
     if out is None:
-        return alloc_like_order(x, x.shape, x.dtype, zeros)
+        return alloc_like_order(x, x.shape, x.dtype)
     if not isinstance(out, np.ndarray):
         raise ParamInvalidError(f"{name}: expected None or a numpy.ndarray, got {type(out).__name__}")
     if out.shape != x.shape:
