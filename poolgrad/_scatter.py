@@ -14,8 +14,9 @@ from .params import split_evenly
 # whose windows straddle its edges, and on channels-last 112x112x64 images 64 Ki-element bands cost twice the
 # time of whole-image bands (measured), while keeping a band in L2 bought nothing measurable.
 BAND_MAX = 1 << 20
-# Aim for at least this many work items per thread so that uneven items still balance.
-ITEMS_PER_THREAD = 8
+# With few planes, cut them into at least this many bands per thread.  More bands balance better but re-read
+# more boundary rows: on 1x3x1024x1024 k3s1 at 2 threads, 2-6 per thread were best and 16 cost 10-30% more.
+ITEMS_PER_THREAD = 4
 
 
 def channel_inner(arr4: np.ndarray) -> bool:
@@ -50,6 +51,9 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         nb = -(-H * row_elems // BAND_MAX)
         if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
             nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
+            # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
+            # in 9 bands leave one thread 5 items and the other 4)
+            nb = next((b for b in range(nb, 2 * nb + 1) if units * b % nthreads == 0), nb)
         part = split_evenly(H, nb)
         band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
         band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
