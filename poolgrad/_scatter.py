@@ -17,6 +17,9 @@ BAND_MAX = 1 << 20
 # With few planes, cut them into at least this many bands per thread.  More bands balance better but re-read
 # more boundary rows: on 1x3x1024x1024 k3s1 at 2 threads, 2-6 per thread were best and 16 cost 10-30% more.
 ITEMS_PER_THREAD = 4
+# Nondeterministic float32/float64 with fewer planes than threads uses the atomic kernel when bands would be
+# less than this many window heights tall.
+THIN_BANDS = 4
 
 
 def channel_inner(arr4: np.ndarray) -> bool:
@@ -30,8 +33,8 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
                  index_name: str = "indices", prezeroed: bool = False) -> None:
     """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` over logical-NCHW views (``gx4`` dense in H/W).
 
-    ``prezeroed``: ``gx4`` is a fresh ``np.zeros`` array.  Large ones come from calloc as pages the OS zeroes
-    on first touch, so skipping the kernels' own zeroing saves a full write of grad_x.
+    ``prezeroed``: ``gx4`` is known to be all zeros (freshly mapped memory, see ``buffers.take``), so the
+    kernels skip zeroing it: a full write of grad_x saved.
 
     Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``.
     """
@@ -42,18 +45,24 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     units = N if channel else N * C                 # independent planes (or images, channels-last)
     row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
     narrow = dt in ("f16", "bf16")
-    use_atomic = (not deterministic) and not narrow and units < nthreads
+    nb = -(-H * row_elems // BAND_MAX)
+    if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
+        nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
+        # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
+        # in 9 bands leave one thread 5 items and the other 4)
+        nb = next((b for b in range(nb, 2 * nb + 1) if units * b % nthreads == 0), nb)
+    # Nondeterministic mode may split the outputs instead and add atomically where chunks meet; that only pays
+    # when bands would be so thin that re-reading the output rows that straddle band edges costs more.  Bands
+    # won wherever they are a few windows tall (1x1x2048^2 k3s1 at 2 threads: 2.2 ms banded, 2.4 ms atomic;
+    # channels-last 1x1024^2x3: 1.7 against 2.3 ms).
+    span = int(np.max(row_hi - row_lo)) if len(row_lo) else 0
+    use_atomic = ((not deterministic) and not narrow and units < nthreads
+                  and H < THIN_BANDS * span * nb)
     if use_atomic:
         part = split_evenly(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
         band_oa = band_ob = None
         scratch = np.empty((1, 1), np.float32)
     else:
-        nb = -(-H * row_elems // BAND_MAX)
-        if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
-            nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
-            # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
-            # in 9 bands leave one thread 5 items and the other 4)
-            nb = next((b for b in range(nb, 2 * nb + 1) if units * b % nthreads == 0), nb)
         part = split_evenly(H, nb)
         band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
         band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)

@@ -157,6 +157,38 @@ def test_few_planes_big_image_uses_bands():
     np.testing.assert_allclose(nd, ref, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("outside", [False, True])
+def test_nondeterministic_thin_bands_use_atomic_kernel(monkeypatch, layout, dtype, outside):
+    """Few rows and many threads: nondeterministic mode takes the atomic kernel (checked with a spy), which must
+    still equal the reference, also when indices leave their windows (fallback) or are out of range."""
+    from poolgrad import _max_pool_indices
+    seen = []
+    real = _max_pool_indices.scatter_backward
+
+    def spy(*args):
+        seen.append(args[11])                          # the kernel's `deterministic` argument
+        return real(*args)
+
+    monkeypatch.setattr(_max_pool_indices, "scatter_backward", spy)
+    rng = np.random.default_rng(11)
+    x4 = rng.standard_normal((1, 2, 24, 5000)).astype(dtype)
+    cfg = (x4.shape, (3, 3), (1, 1), (1, 1), (1, 1), False)
+    _, ind = pg.max_pool2d_with_indices(x4, 3, 1, 1)
+    if outside:
+        ind[0, 1, 5, 7] = 23 * 5000 + 5                    # legal, but far outside its window
+    go4 = rng.standard_normal(ind.shape).astype(dtype)
+    ref = slow.max_pool2d_with_indices_backward(go4, x4.shape, ind)
+    g = _bwd(go4, x4, ind, layout, 4, cfg, deterministic=False, num_threads=7)
+    assert seen == [False]
+    np.testing.assert_allclose(pgtest.as64(g), ref, **pgtest.tolerance(np.dtype(dtype)))
+    bad = ind.copy()
+    bad[0, 1, 20, 3] = 24 * 5000
+    with pytest.raises(pg.ParamInvalidError, match=r"n=0, c=1, oh=20, ow=3"):
+        _bwd(go4, x4, bad, layout, 4, cfg, deterministic=False, num_threads=7)
+
+
 @pytest.mark.parametrize("det", [True, False])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
