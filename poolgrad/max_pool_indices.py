@@ -102,13 +102,21 @@ class PoolParams:
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
+# The vectorised forward keeps one float64 and one int32 scratch row of Wo (times C) lanes per thread and a
+# table entry per kernel cell; beyond these sizes the per-window kernel runs instead.
+UNIFORM_MAX_ROW = 1 << 20       # also bounds W, the phase-split input row of strided windows
+UNIFORM_MAX_CELLS = 1 << 16
+
+
 def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str,
                 windows: Callable[[], tuple[dict, dict]], step: tuple[int, int], out_hw: tuple[int, int],
-                index_dtype: Any, nthreads: int) -> tuple[np.ndarray, np.ndarray]:
+                index_dtype: Any, nthreads: int, uniform: PoolParams | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Shared forward: window max and flat argmax for any per-axis window tables.
 
     ``windows()`` builds the (height, width) tables; it is called after the outputs are allocated, so an
     output size that cannot exist fails in the allocation before any table of that length is built.
+    ``uniform``: the windows are PyTorch-style ones from these parameters, which allows the vectorised kernel.
     """
     try:
         idt = np.dtype(index_dtype)
@@ -130,8 +138,23 @@ def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str,
     y4 = kernel_view(to_nchw(y, layout))
     nthreads = threads_for(y.size * int(win_h["count"].max()) * int(win_w["count"].max()), nthreads)
     ind4 = to_nchw(ind, layout)
-    _max_pool_indices.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
-                             win_w["start"], win_w["count"], step[1], channel_inner(xk), nthreads)
+    channel = channel_inner(xk)
+    lanes = out_hw[1] * (x4.shape[1] if channel else 1)
+    if uniform is not None and max(lanes, x4.shape[3]) <= UNIFORM_MAX_ROW and \
+            uniform.kernel[0] * uniform.kernel[1] <= UNIFORM_MAX_CELLS:
+        (kh, kw), (dh, dw) = uniform.kernel, uniform.dilation
+        koff_h = np.repeat(np.arange(kh, dtype=np.int64) * dh, kw)
+        koff_w = np.tile(np.arange(kw, dtype=np.int64) * dw, kh)
+        best = np.empty((nthreads, lanes), np.float64)
+        kidx = np.empty((nthreads, lanes), np.int32)
+        rows = np.empty((nthreads, 2 * x4.shape[3] * x4.dtype.itemsize), np.uint8)
+        _max_pool_indices.argmax_forward_uniform(dt, it, xk, y4, ind4, uniform.kernel, uniform.stride,
+                                                 uniform.padding, uniform.dilation, koff_h, koff_w,
+                                                 koff_h * x4.shape[3] + koff_w, channel,
+                                                 best, kidx, rows, nthreads)
+    else:
+        _max_pool_indices.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
+                                         win_w["start"], win_w["count"], step[1], channel, nthreads)
     return y, ind
 
 
@@ -171,7 +194,7 @@ def max_pool2d_with_indices(x: Any, kernel_size: IntOrPair, stride: IntOrPair | 
     x4 = to_nchw(x, layout)
     pp = PoolParams(x4, kernel_size, stride, padding, dilation, ceil_mode)
     return argmax_pool(x, x4, dt, layout, lambda: (pp.win_h, pp.win_w), pp.dilation, pp.out, index_dtype,
-                       nthreads)
+                       nthreads, uniform=pp)
 
 
 def max_pool2d_with_indices_backward(grad_output: Any, x: Any, indices: Any, kernel_size: IntOrPair,

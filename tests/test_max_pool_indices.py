@@ -157,6 +157,33 @@ def test_few_planes_big_image_uses_bands():
     np.testing.assert_allclose(nd, ref, rtol=1e-6, atol=1e-6)
 
 
+# strides 1, 2 (phase-split rows) and 3, dilation, clipped windows, ceil_mode, a kernel wider than the input
+FAST_FWD_CONFIGS = CONFIGS + [((2, 3, 13, 17), (3, 3), (1, 1), (1, 1), (1, 1), False),
+                              ((1, 2, 9, 21), (2, 4), (2, 2), (1, 2), (1, 1), True),
+                              ((1, 2, 5, 3), (4, 5), (1, 1), (2, 2), (1, 1), False)]
+
+
+@pytest.mark.parametrize("cfg", FAST_FWD_CONFIGS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_vectorised_forward_equals_per_window_forward(monkeypatch, cfg, layout, dtype):
+    """The row-vectorised forward (PyTorch-style windows) and the per-window kernel agree bit for bit: values,
+    ties, NaN (the last one wins), signed zeros, NaN payloads; also on negative-stride views."""
+    from poolgrad import max_pool_indices
+    rng = np.random.default_rng(21)
+    shape, k, st, p, d, ceil = cfg
+    for kind in ("ties", "nan"):
+        x4 = _data(rng, shape, dtype, kind)
+        x4[..., ::3] = -x4[..., ::3] * 0                      # signed zeros among the ties
+        x = pgtest.to_layout(x4, layout)[..., ::-1, :] if layout == "NHWC" else pgtest.to_layout(x4, layout)[..., ::-1]
+        fast = pg.max_pool2d_with_indices(x, k, st, p, d, ceil, layout=layout, num_threads=2)
+        monkeypatch.setattr(max_pool_indices, "UNIFORM_MAX_ROW", 0)
+        slow_ = pg.max_pool2d_with_indices(x, k, st, p, d, ceil, layout=layout, num_threads=2)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(fast[1], slow_[1])
+        assert fast[0].tobytes() == slow_[0].tobytes()
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("outside", [False, True])

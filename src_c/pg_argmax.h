@@ -1,0 +1,138 @@
+/* Vectorisable window-argmax step for the PyTorch-style max-pooling forward (poolgrad/_max_pool_indices.pyx).
+ *
+ * The forward walks one output row at a time and, for each kernel cell k in row-major order, updates all the
+ * row's windows at once: lane j holds the running maximum best[j] of one output (and channel) and the cell
+ * number kidx[j] where it was found.  Cell k's candidates for consecutive lanes are x[j * step] (step 1: stride-1
+ * windows of a plane, or every channel of channels-last windows; step 2: stride-2 windows), so the update is a
+ * straight loop of loads, compares and selects that the compiler vectorises.  The rule is the spec's scan: the
+ * first valid cell of a window is taken (kidx < 0), then a value replaces the maximum if it is greater or NaN, so
+ * ties keep the first maximum and the last NaN wins - the same result as the per-window scalar scan.
+ *
+ * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (pg_argmax_isa() picks one at
+ * import); the variants perform the same IEEE comparisons, so results are identical whichever runs.
+ * Needs Py_ssize_t (Python.h, which the Cython-generated C includes first). */
+#ifndef PG_ARGMAX_H
+#define PG_ARGMAX_H
+#include <stdint.h>
+#include "pg_dtype.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+#define PG_ARGMAX_X86 1
+#else
+#define PG_ARGMAX_X86 0
+#endif
+
+#define PG_ARGMAX_LOOP(DT, IDX)                                                                         \
+    for (Py_ssize_t j = 0; j < n; j++) {                                                                \
+        __typeof__(best[0]) v = pg_load_##DT(x[IDX]);                                                   \
+        int t = (kidx[j] < 0) | (v > best[j]) | (v != v);                                               \
+        best[j] = t ? v : best[j];                                                                      \
+        kidx[j] = t ? k : kidx[j];                                                                      \
+    }
+
+#define PG_ARGMAX_CELL(SFX, DT, T, ACC)                                                                 \
+static void pg_argmax_cell_##DT##_##SFX(ACC *restrict best, int32_t *restrict kidx,                    \
+                                        const T *restrict x, Py_ssize_t n, Py_ssize_t step, int32_t k)  \
+{                                                                                                       \
+    if (step == 1) {                                                                                    \
+        PG_ARGMAX_LOOP(DT, j)                                                                           \
+    } else if (step == 2) {                                                                             \
+        PG_ARGMAX_LOOP(DT, 2 * j)                                                                       \
+    } else {                                                                                            \
+        PG_ARGMAX_LOOP(DT, j * step)                                                                    \
+    }                                                                                                   \
+}
+
+/* Split a unit-stride input row into its even and odd columns (the two phases of stride-2 windows), so that
+   every cell's candidates are contiguous: compilers leave the stride-2 candidate loads of the loop above scalar
+   (or slow), while this split vectorises into shuffles. */
+#define PG_ARGMAX_SPLIT2(SFX, T, NAME)                                                                  \
+static void pg_argmax_split2_##NAME##_##SFX(T *restrict even, T *restrict odd, const T *restrict x,    \
+                                            Py_ssize_t w)                                               \
+{                                                                                                       \
+    Py_ssize_t h = w / 2;                                                                               \
+    for (Py_ssize_t j = 0; j < h; j++) {                                                                \
+        even[j] = x[2 * j];                                                                             \
+        odd[j] = x[2 * j + 1];                                                                          \
+    }                                                                                                   \
+    if (w & 1) even[h] = x[w - 1];                                                                      \
+}
+
+#define PG_ARGMAX_ISA(SFX)                                                                              \
+PG_ARGMAX_CELL(SFX, f32, float, float)                                                                  \
+PG_ARGMAX_CELL(SFX, f64, double, double)                                                                \
+PG_ARGMAX_CELL(SFX, f16, uint16_t, float)                                                               \
+PG_ARGMAX_CELL(SFX, bf16, uint16_t, float)                                                              \
+PG_ARGMAX_SPLIT2(SFX, uint16_t, u16)                                                                    \
+PG_ARGMAX_SPLIT2(SFX, uint32_t, u32)                                                                    \
+PG_ARGMAX_SPLIT2(SFX, uint64_t, u64)
+
+PG_ARGMAX_ISA(base)
+#if PG_ARGMAX_X86
+#pragma GCC push_options
+#pragma GCC target("avx2")
+PG_ARGMAX_ISA(avx2)
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
+PG_ARGMAX_ISA(avx512)
+#pragma GCC pop_options
+#endif
+
+/* 0: baseline, 1: AVX2, 2: AVX-512 (F, VL, BW, DQ). */
+static int pg_argmax_isa(void)
+{
+#if PG_ARGMAX_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+        return 2;
+    if (__builtin_cpu_supports("avx2"))
+        return 1;
+#endif
+    return 0;
+}
+
+#if PG_ARGMAX_X86
+#define PG_ARGMAX_DISPATCH(DT, T, ACC)                                                                  \
+static inline void pg_argmax_cell_##DT(int isa, ACC *best, int32_t *kidx, const T *x, Py_ssize_t n,     \
+                                       Py_ssize_t step, int32_t k)                                      \
+{                                                                                                       \
+    if (isa == 2) pg_argmax_cell_##DT##_avx512(best, kidx, x, n, step, k);                             \
+    else if (isa == 1) pg_argmax_cell_##DT##_avx2(best, kidx, x, n, step, k);                          \
+    else pg_argmax_cell_##DT##_base(best, kidx, x, n, step, k);                                        \
+}
+#else
+#define PG_ARGMAX_DISPATCH(DT, T, ACC)                                                                  \
+static inline void pg_argmax_cell_##DT(int isa, ACC *best, int32_t *kidx, const T *x, Py_ssize_t n,     \
+                                       Py_ssize_t step, int32_t k)                                      \
+{                                                                                                       \
+    (void)isa;                                                                                          \
+    pg_argmax_cell_##DT##_base(best, kidx, x, n, step, k);                                             \
+}
+#endif
+#if PG_ARGMAX_X86
+#define PG_ARGMAX_SPLIT_DISPATCH(T, NAME)                                                               \
+static inline void pg_argmax_split2_##NAME(int isa, T *even, T *odd, const T *x, Py_ssize_t w)          \
+{                                                                                                       \
+    if (isa == 2) pg_argmax_split2_##NAME##_avx512(even, odd, x, w);                                   \
+    else if (isa == 1) pg_argmax_split2_##NAME##_avx2(even, odd, x, w);                                \
+    else pg_argmax_split2_##NAME##_base(even, odd, x, w);                                              \
+}
+#else
+#define PG_ARGMAX_SPLIT_DISPATCH(T, NAME)                                                               \
+static inline void pg_argmax_split2_##NAME(int isa, T *even, T *odd, const T *x, Py_ssize_t w)          \
+{                                                                                                       \
+    (void)isa;                                                                                          \
+    pg_argmax_split2_##NAME##_base(even, odd, x, w);                                                   \
+}
+#endif
+PG_ARGMAX_SPLIT_DISPATCH(uint16_t, u16)
+PG_ARGMAX_SPLIT_DISPATCH(uint32_t, u32)
+PG_ARGMAX_SPLIT_DISPATCH(uint64_t, u64)
+PG_ARGMAX_DISPATCH(f32, float, float)
+PG_ARGMAX_DISPATCH(f64, double, double)
+PG_ARGMAX_DISPATCH(f16, uint16_t, float)
+PG_ARGMAX_DISPATCH(bf16, uint16_t, float)
+
+#endif
