@@ -109,7 +109,7 @@ def get_config() -> dict:
     except OSError:
         build = {}
     import numpy as np
-    from . import _avg_pool, _dtypes, _tf_max_pool
+    from . import _avg_pool, _dtypes, _max_pool_indices, _tf_max_pool, buffers
     return {
         "openmp": bool(_config.openmp_enabled()),
         "omp_max_threads": int(_config.omp_max_threads()),
@@ -121,6 +121,8 @@ def get_config() -> dict:
         "tf_max_pool_isa": ("baseline", "avx2", "avx512")[_tf_max_pool.isa_level()],
         "avg_pool_simd": _avg_pool.simd(),
         "f16c_rows": bool(_dtypes.have_f16c()),
+        "argmax_isa": _max_pool_indices.ARGMAX_ISA,
+        "buffer_cache_limit": buffers.buffer_cache_limit(),
         "deterministic_default": _deterministic,
         "python": sys.version.split()[0],
         "numpy": np.__version__,

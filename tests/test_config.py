@@ -72,6 +72,8 @@ def test_show_config(capsys):
     assert isinstance(cfg["openmp"], bool) and cfg["omp_max_threads"] >= 1
     assert cfg["tf_max_pool_isa"] in ("baseline", "avx2", "avx512") and "tf_max_pool_isa" in text
     assert isinstance(cfg["avg_pool_simd"], str) and isinstance(cfg["f16c_rows"], bool)
+    assert cfg["argmax_isa"] in ("baseline", "avx2", "avx512") and "argmax_isa" in text
+    assert cfg["buffer_cache_limit"] == pg.buffer_cache_info()["limit"]
 
 
 def test_errors_hierarchy():
