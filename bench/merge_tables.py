@@ -42,14 +42,12 @@ def _vs(row: dict) -> str:
 
 
 def _mode(row: dict) -> str:
-    if row["op"] == "max_pooling_grad":
-        return "-"
-    return "det" if row["deterministic"] else "nondet"
+    return {True: "det", False: "nondet", None: "-"}[row["deterministic"]]
 
 
 def _selected(row: dict) -> bool:
     """The README's rows: the issue targets' cases, float32 plus one 16-bit row, deterministic mode."""
-    if row["op"] == "max_pooling_grad":
+    if row["deterministic"] is None:                  # max_pooling_grad and the forwards
         return row["dtype"] == "f32"
     case = _case(row)
     if not row["deterministic"] or "i32" in case or "k2s2" in case or "VALID" in case:

@@ -473,11 +473,55 @@ def elementwise_case(n: int, dtype: str, threads: int) -> Case:
     return Case("max_pooling_grad", f"{n >> 20}M elements", "-", dtype, threads, None, make)
 
 
+def forward_case(op: str, N: int, C: int, H: int, W: int, k: int, s: int, p: int, layout: str, dtype: str,
+                 threads: int) -> Case:
+    """The forward companions: ``max_pool2d_with_indices`` versus ``torch.nn.functional.max_pool2d(...,
+    return_indices=True)`` and ``avg_pool2d`` versus ``torch.nn.functional.avg_pool2d`` (both allocate their
+    outputs in either mode: the forwards take no ``out=``)."""
+    from .avg_pool import avg_pool2d
+    from .max_pool_indices import max_pool2d_with_indices
+
+    def make(nt: int) -> dict:
+        _, x4, x = _case_input((N, C, H, W), layout, dtype)
+        if op == "max_pool2d_with_indices":
+            y, ind = max_pool2d_with_indices(x, k, s, p, layout=layout)
+            fns: dict[str, Any] = {
+                "poolgrad": lambda: max_pool2d_with_indices(x, k, s, p, layout=layout, num_threads=nt),
+                "bytes": x.nbytes + y.nbytes + ind.nbytes}
+        else:
+            y = avg_pool2d(x, k, s, p, layout=layout)
+            fns = {"poolgrad": lambda: avg_pool2d(x, k, s, p, layout=layout, num_threads=nt),
+                   "bytes": x.nbytes + y.nbytes}
+        if has_torch():
+            import torch
+            xt = _torch_in_layout(x4, layout, dtype)
+            if op == "max_pool2d_with_indices":
+                call = lambda: torch.nn.functional.max_pool2d(xt, k, s, p, return_indices=True)  # noqa: E731
+            else:
+                call = lambda: torch.nn.functional.avg_pool2d(xt, k, s, p)  # noqa: E731
+
+            def run() -> None:
+                torch.set_num_threads(nt)
+                call()
+            fns["torch"] = run
+        return fns
+
+    return Case(op, f"{N}x{C}x{H}x{W} k{k}s{s}p{p}", layout, dtype, threads, None, make)
+
+
+def _forward_suite(threads: list[int], quick: bool) -> list[Case]:
+    big, few = _shapes(quick)
+    return [forward_case(op, *shape, 3, s, 1, layout, "f32", nt)
+            for nt in threads for op in ("max_pool2d_with_indices", "avg_pool2d")
+            for layout in ("NCHW", "NHWC") for shape, s in ((big, 2), (few, 1))]
+
+
 CASE_BUILDERS["max_pool2d_with_indices_backward"] = _max_pool_suite
 CASE_BUILDERS["adaptive_max_pool2d_backward"] = _adaptive_suite
 CASE_BUILDERS["avg_pool2d_backward"] = _avg_suite
 CASE_BUILDERS["max_pool_grad"] = _tf_suite
 CASE_BUILDERS["max_pooling_grad"] = _elementwise_suite
+CASE_BUILDERS["forwards"] = _forward_suite
 
 
 def default_cases(threads: Iterable[int] | None = None, quick: bool = False) -> list[Case]:
