@@ -104,7 +104,7 @@ class PoolParams:
 
 # The vectorised forward keeps one float64 and one int32 scratch row of Wo (times C) lanes per thread and a
 # table entry per kernel cell; beyond these sizes the per-window kernel runs instead.
-UNIFORM_MAX_ROW = 1 << 20       # also bounds W, the phase-split input row of strided windows
+UNIFORM_MAX_ROW = 1 << 20       # also bounds W (times C), the phase-split input row of strided windows
 UNIFORM_MAX_CELLS = 1 << 16
 
 
@@ -139,23 +139,34 @@ def argmax_pool(x: np.ndarray, x4: np.ndarray, dt: str, layout: str,
     nthreads = threads_for(y.size * int(win_h["count"].max()) * int(win_w["count"].max()), nthreads)
     ind4 = to_nchw(ind, layout)
     channel = channel_inner(xk)
-    lanes = out_hw[1] * (x4.shape[1] if channel else 1)
-    if uniform is not None and max(lanes, x4.shape[3]) <= UNIFORM_MAX_ROW and \
-            uniform.kernel[0] * uniform.kernel[1] <= UNIFORM_MAX_CELLS:
-        (kh, kw), (dh, dw) = uniform.kernel, uniform.dilation
-        koff_h = np.repeat(np.arange(kh, dtype=np.int64) * dh, kw)
-        koff_w = np.tile(np.arange(kw, dtype=np.int64) * dw, kh)
-        best = np.empty((nthreads, lanes), np.float64)
-        kidx = np.empty((nthreads, lanes), np.int32)
-        rows = np.empty((nthreads, 2 * x4.shape[3] * x4.dtype.itemsize), np.uint8)
-        _max_pool_indices.argmax_forward_uniform(dt, it, xk, y4, ind4, uniform.kernel, uniform.stride,
-                                                 uniform.padding, uniform.dilation, koff_h, koff_w,
-                                                 koff_h * x4.shape[3] + koff_w, channel,
-                                                 best, kidx, rows, nthreads)
-    else:
+    if uniform is None or not uniform_argmax(dt, it, xk, y4, ind4, uniform.kernel, uniform.stride,
+                                             uniform.padding, uniform.dilation, nthreads):
         _max_pool_indices.argmax_forward(dt, it, xk, y4, ind4, win_h["start"], win_h["count"], step[0],
                                          win_w["start"], win_w["count"], step[1], channel, nthreads)
     return y, ind
+
+
+def uniform_argmax(dt: str, it: str, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
+                   kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                   dilation: tuple[int, int], nthreads: int) -> bool:
+    """The vectorised forward for PyTorch-style windows (output (oh, ow) covers rows oh*sh - ph + a*dh and
+    columns ow*sw - pw + b*dw, clipped to the input) over logical-NCHW kernel views; ``y4`` None computes the
+    indices only.  Returns False, having done nothing, when the row or the kernel is too big for it."""
+    channel = channel_inner(xk)
+    cd = xk.shape[1] if channel else 1
+    lanes = ind4.shape[3] * cd
+    if max(lanes, xk.shape[3] * cd) > UNIFORM_MAX_ROW or kernel[0] * kernel[1] > UNIFORM_MAX_CELLS:
+        return False
+    (kh, kw), (dh, dw) = kernel, dilation
+    koff_h = np.repeat(np.arange(kh, dtype=np.int64) * dh, kw)
+    koff_w = np.tile(np.arange(kw, dtype=np.int64) * dw, kh)
+    best = np.empty((nthreads, lanes), np.float64)
+    kidx = np.empty((nthreads, lanes), np.int32)
+    rows = np.empty((nthreads, 2 * xk.shape[3] * cd * xk.dtype.itemsize), np.uint8)
+    _max_pool_indices.argmax_forward_uniform(dt, it, xk, y4, ind4, tuple(kernel), tuple(stride), tuple(padding),
+                                             tuple(dilation), koff_h, koff_w, koff_h * xk.shape[3] + koff_w,
+                                             channel, best, kidx, rows, nthreads)
+    return True
 
 
 def max_pool2d_with_indices(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,

@@ -482,3 +482,24 @@ def test_messages_name_expected_and_given():
     with pytest.raises(pg.ParamInvalidError) as info:
         max_pool_grad(**{**args, "ksize": [1, 2, 2, 3]})
     assert "ksize" in str(info.value) and "(1, 2, 2, 3)" in str(info.value)
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if 1 < c[0][1] < tf_max_pool.COMPOSE_MAX_C])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_composed_gradient_equals_fused_kernel(monkeypatch, cfg, dtype):
+    """Channels-last inputs with few channels take the composed gradient (vectorised argmax, then the banded
+    scatter); it must give the fused kernel's exact bits (same argmax rule, same summation order), for every
+    thread count, with ties and NaN."""
+    rng = np.random.default_rng(5)
+    seen = []
+    real = tf_max_pool._run_grad_composed
+    monkeypatch.setattr(tf_max_pool, "_run_grad_composed", lambda *a: seen.append(1) or real(*a))
+    for kind in ("ties", "nan"):
+        x4, g4, _, gx_ref = _ref_case(rng, cfg, dtype, kind)
+        composed = [_grad(x4, g4, cfg, "NHWC", num_threads=t).tobytes() for t in (1, 2, 3)]
+        assert seen and len(set(composed)) == 1
+        with monkeypatch.context() as m:
+            m.setattr(tf_max_pool, "COMPOSE_MAX_C", 0)
+            fused = _grad(x4, g4, cfg, "NHWC", num_threads=2)
+        assert composed[0] == fused.tobytes()
+        _assert_close_to_ref(fused, gx_ref, dtype)
