@@ -61,18 +61,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the kernels alone: every library writes into a preallocated output "
                              "(default: each call allocates its output, as users call it)")
     parser.add_argument("--tf-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--jax-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--no-jax", action="store_true", help="skip the JAX columns (JAX compiles slowly)")
     args = parser.parse_args(argv)
     threads = args.threads or sorted({1, os.cpu_count() or 1})
     if args.out:
         benchmark.OUTPUT_MODE = "out"
     if args.tf_worker is not None:
         return benchmark.tf_worker(args.tf_worker, args.ops, args.quick, args.reps)
+    if args.jax_worker is not None:
+        return benchmark.jax_worker(args.jax_worker, args.ops, args.quick, args.reps)
     cases = benchmark.full_cases(threads, args.ops, args.quick)
     print(f"poolgrad {poolgrad.__version__}; {len(cases)} cases; threads {threads}; outputs "
           f"{'preallocated (--out)' if args.out else 'allocated by each call'}", flush=True)
     rows, bw = benchmark.run_cases(cases, reps=args.reps, progress=lambda m: print("  " + m, flush=True))
     if any(c.op == "max_pool_grad" for c in cases):
         benchmark.merge_tf(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__])
+    if not args.no_jax and benchmark.has_jax() and any(c.op in benchmark.JAX_OPS for c in cases):
+        benchmark.merge_tf(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__],
+                           worker="jax")
     table = benchmark.format_table(rows, bw)
     print()
     print(table)

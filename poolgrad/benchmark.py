@@ -9,6 +9,8 @@ ratios measured in one run mean anything on a shared machine.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -28,7 +30,7 @@ __all__ = ["Case", "copy_bandwidth", "median_time", "run_cases", "format_table",
 OUTPUT_MODE = "alloc"
 
 # Other implementations a case may time beside poolgrad: (key in the case's callables, name in the table).
-COMPARATORS = [("torch", "PyTorch"), ("tf", "TensorFlow"), ("numpy", "NumPy")]
+COMPARATORS = [("torch", "PyTorch"), ("tf", "TensorFlow"), ("jax", "JAX"), ("numpy", "NumPy")]
 
 
 def has_torch() -> bool:
@@ -37,6 +39,14 @@ def has_torch() -> bool:
     except ImportError:
         return False
     return True
+
+
+def has_jax() -> bool:
+    return importlib.util.find_spec("jax") is not None
+
+
+# the operators whose gradient JAX can compute (jax_worker)
+JAX_OPS = ("max_pool2d_with_indices_backward", "avg_pool2d_backward", "max_pool_grad")
 
 
 @dataclasses.dataclass
@@ -214,6 +224,7 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
             args = (_torch_grad(go, layout, dtype), xt, [k, k], [s, s], [p, p], [1, 1], False, it)
             op = torch.ops.aten.max_pool2d_with_indices_backward
             fns["torch"] = _torch_timer(nt, xt, lambda: op(*args), lambda t: op.grad_input(*args, grad_input=t))
+        fns["jax_args"] = ("max", x, go, _window4(k, layout), _window4(s, layout), _pads4(p, layout))
         return fns
 
     idx = "i32" if np.dtype(index_dtype) == np.int32 else "i64"
@@ -280,6 +291,7 @@ def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, la
             args = (_torch_grad(go, layout, dtype), xt, [k, k], [s, s], [p, p], False, True, None)
             op = torch.ops.aten.avg_pool2d_backward
             fns["torch"] = _torch_timer(nt, xt, lambda: op(*args), lambda t: op.grad_input(*args, grad_input=t))
+        fns["jax_args"] = ("avg", x, go, _window4(k, layout), _window4(s, layout), _pads4(p, layout))
         return fns
 
     return Case("avg_pool2d_backward", f"{N}x{C}x{H}x{W} k{k}s{s}p{p}", layout, dtype, threads, deterministic,
@@ -308,6 +320,7 @@ def max_pool_grad_case(N: int, H: int, W: int, C: int, k: int, s: int, padding: 
                                               deterministic=deterministic, num_threads=nt),
             "bytes": x1.nbytes + grad.nbytes + x1.nbytes,
             "tf_args": (x1, x2, grad, ksize, strides, padding) if layout == "NHWC" else None,
+            "jax_args": ("max", x1, grad, tuple(ksize), tuple(strides), padding),
         }
 
     return Case("max_pool_grad", f"{N}x{H}x{W}x{C} k{k}s{s} {padding}", layout, dtype, threads, deterministic,
@@ -340,25 +353,72 @@ def tf_worker(threads: int, ops: Iterable[str] | None, quick: bool, reps: int) -
     return 0
 
 
+def _window4(v: int, layout: str) -> tuple[int, ...]:
+    return (1, v, v, 1) if layout == "NHWC" else (1, 1, v, v)
+
+
+def _pads4(p: int, layout: str) -> tuple[tuple[int, int], ...]:
+    return ((0, 0), (p, p), (p, p), (0, 0)) if layout == "NHWC" else ((0, 0), (0, 0), (p, p), (p, p))
+
+
+def jax_worker(threads: int, ops: Iterable[str] | None, quick: bool, reps: int) -> int:
+    """Time JAX's gradients (``jax.vjp`` of ``lax.reduce_window``, jit-compiled: a ``select_and_scatter_add``
+    that recomputes the argmax for max pooling, a padded window sum for average pooling) on the arrays of the
+    matching cases, pinned to ``threads`` cores (XLA sizes its pools from the cores it may use), and print one
+    JSON object {case key: seconds}.  JAX has no index-based max-pooling backward: its time on the
+    ``max_pool2d_with_indices_backward`` rows is the gradient a JAX user would compute for that pooling."""
+    import json
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:threads]))
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    jax.config.update("jax_platforms", "cpu")
+    times = {}
+    for case in full_cases([threads], ops, quick):
+        if case.dtype not in ("f32", "f64") or case.op not in JAX_OPS:
+            continue
+        fns = case.make(threads)
+        kind, x, g, win, strides, pad = fns["jax_args"]
+        if kind == "max":
+            def f(v, win=win, strides=strides, pad=pad):
+                return lax.reduce_window(v, -jnp.inf, lax.max, win, strides, pad)
+        else:
+            count = float(np.prod(win))
+
+            def f(v, win=win, strides=strides, pad=pad, count=count):
+                return lax.reduce_window(v, 0.0, lax.add, win, strides, pad) / count
+        grad = jax.jit(lambda v, gv, f=f: jax.vjp(f, v)[1](gv)[0])
+        xj, gj = jnp.asarray(x), jnp.asarray(g)
+        if grad(xj, gj).shape != x.shape:
+            continue
+        times[_case_key(case)] = median_time(lambda: grad(xj, gj).block_until_ready(), reps)
+        del fns
+    print("JAXTIMES " + json.dumps(times), flush=True)
+    return 0
+
+
 def merge_tf(rows: list[dict], threads: Iterable[int], ops: Iterable[str] | None, quick: bool, reps: int,
-             command: list[str]) -> None:
-    """Run :func:`tf_worker` once per thread count (``command + ['--tf-worker', n]``) and add TensorFlow's
-    times and speed ratios to the matching rows."""
+             command: list[str], worker: str = "tf") -> None:
+    """Run :func:`tf_worker` (or :func:`jax_worker`) once per thread count (``command + ['--tf-worker', n]``)
+    and add that library's times and speed ratios to the matching rows."""
     import json
     import subprocess
+    tag, name = {"tf": ("TFTIMES ", "TensorFlow"), "jax": ("JAXTIMES ", "JAX")}[worker]
     for nt in threads:
-        cmd = command + ["--tf-worker", str(nt), "--reps", str(reps)] + (["--quick"] if quick else [])
+        cmd = command + [f"--{worker}-worker", str(nt), "--reps", str(reps)] + (["--quick"] if quick else [])
+        if ops:
+            cmd += ["--ops", *ops]
         res = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("TFTIMES ")]
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith(tag)]
         if res.returncode != 0 or not lines:
-            print(f"  (TensorFlow worker for {nt} thread(s) failed: {res.stderr.strip()[-300:]})")
+            print(f"  ({name} worker for {nt} thread(s) failed: {res.stderr.strip()[-300:]})")
             continue
-        times = json.loads(lines[-1][len("TFTIMES "):])
+        times = json.loads(lines[-1][len(tag):])
         for row in rows:
             key = _case_key(row)
             if key in times:
-                row["tf_s"] = times[key]
-                row["vs_tf"] = times[key] / row["poolgrad_s"]
+                row[f"{worker}_s"] = times[key]
+                row[f"vs_{worker}"] = times[key] / row["poolgrad_s"]
 
 
 CASE_BUILDERS: dict[str, Callable[..., list[Case]]] = {}

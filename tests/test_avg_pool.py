@@ -246,6 +246,23 @@ def test_huge_kernel_and_stride(layout):
         np.testing.assert_allclose(from_layout(y, layout), _ref_forward(x4, params), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_inputs_narrower_than_the_stride(dtype, width):
+    """Fewer input columns than the stride leave fewer column phases than sw (regression: the stride-2 phase
+    path read a second phase table entry that a one-column input does not have; found by ASan + hypothesis)."""
+    rng = np.random.default_rng(17)
+    for k, s, p, ceil in [(2, 2, 0, True), (3, 2, 1, False), (2, 3, 1, True)]:
+        x4 = np.zeros((2, 1, 5, width), dtype)
+        params = dict(kernel_size=k, stride=s, padding=p, ceil_mode=ceil, count_include_pad=True,
+                      divisor_override=None)
+        y = avg_pool2d(x4, **params)
+        go4 = rng.standard_normal(y.shape).astype(dtype)
+        got = avg_pool2d_backward(go4, x4, **params, num_threads=2)
+        np.testing.assert_allclose(as64(got), _ref_backward(as64(go4), x4.shape, params).astype(dtype)
+                                   .astype(np.float64), **pgtest.tolerance(dtype))
+
+
 def test_x_values_are_not_read():
     """Only the shape, dtype and memory order of x matter to the backward (as in PyTorch and CANN)."""
     go = np.random.default_rng(14).standard_normal((2, 3, 4, 4)).astype(np.float32)
