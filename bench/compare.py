@@ -1,4 +1,5 @@
-"""Side-by-side comparison runner: poolgrad versus PyTorch (and TensorFlow for max_pool_grad).
+"""Side-by-side comparison runner: poolgrad versus PyTorch, TensorFlow (max_pool_grad) and JAX (the gradients
+of ``lax.reduce_window`` max and average pooling).
 
 Prints a Markdown table (time, GB/s, fraction of the copy bandwidth measured in the same run, speed-up) and can
 write the rows as JSON and a PNG bar chart of the speed-ups.
@@ -9,7 +10,9 @@ write the rows as JSON and a PNG bar chart of the speed-ups.
     python bench/compare.py --out                 # kernels alone: every library writes a preallocated output
 
 TensorFlow's intra-op thread count is fixed when TensorFlow starts, so TensorFlow timings run in one worker
-process per thread count (``--tf-worker``) on the same arrays (same seeds) and are merged into the rows.
+process per thread count (``--tf-worker``) on the same arrays (same seeds) and are merged into the rows.  JAX
+runs the same way (``--jax-worker``), its process pinned to as many cores as the thread count; ``--no-jax``
+skips it (XLA's CPU select-and-scatter is slow: the JAX rows take a few minutes).
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 released inside the kernels."""
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -56,16 +57,24 @@ def _longest_pause_while(fn) -> float:
     """Run ``fn`` in a thread; return the longest pause the calling thread saw while spinning meanwhile."""
     go = threading.Event()
     worker = threading.Thread(target=lambda: (go.wait(), fn()))
-    gaps = [0.0]
-    worker.start()          # the worker blocks on the event, so fn() cannot run before the spinning starts
-    last = time.perf_counter()
-    go.set()
-    while worker.is_alive():
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
-    worker.join()
-    return max(gaps)
+    longest = 0.0
+    # A full garbage collection of a big test process holds the GIL for tens of milliseconds: not a kernel's
+    # doing, so the collector is off while measuring (and the spinner allocates nothing).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        worker.start()      # the worker blocks on the event, so fn() cannot run before the spinning starts
+        last = time.perf_counter()
+        go.set()
+        while worker.is_alive():
+            now = time.perf_counter()
+            longest = max(longest, now - last)
+            last = now
+        worker.join()
+    finally:
+        if enabled:
+            gc.enable()
+    return longest
 
 
 def test_pause_measurement_detects_a_gil_holder():
