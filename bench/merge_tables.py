@@ -7,8 +7,10 @@ the README.
     python bench/merge_tables.py bench/results/compare.json bench/results/compare_out.json --readme # selection
 
 Rows are matched on (operator, case, layout, dtype, threads, mode).  "vs other" is the speed-up against the
-allocating call of the other library (PyTorch, TensorFlow for ``max_pool_grad``, ``np.where`` and ``torch.where``
-for ``max_pooling_grad``); the ``(out=)`` columns time every library writing a preallocated output.
+allocating call of the other libraries (PyTorch; TensorFlow for ``max_pool_grad``; JAX's jit-compiled gradient
+of ``lax.reduce_window`` for float32 max and average pooling; ``np.where`` and ``torch.where`` for
+``max_pooling_grad``); the ``(out=)`` columns time every library writing a preallocated output where it has one
+(TensorFlow and JAX have none: the same allocating calls).
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ def _vs(row: dict) -> str:
         parts.append(f"{row['vs_torch']:.2f}x PyTorch")
     if row.get("vs_tf") is not None:
         parts.append(f"{row['vs_tf']:.1f}x TF")
+    if row.get("vs_jax") is not None:
+        parts.append(f"{row['vs_jax']:.0f}x JAX")
     if row["op"] == "max_pooling_grad":
         if row.get("vs_numpy") is not None:
             parts.append(f"{row['vs_numpy']:.1f}x np.where")

@@ -15,12 +15,9 @@
 #define PG_ARGMAX_H
 #include <stdint.h>
 #include "pg_dtype.h"
+#include "pg_isa.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
-#define PG_ARGMAX_X86 1
-#else
-#define PG_ARGMAX_X86 0
-#endif
+#define PG_ARGMAX_X86 PG_X86_VARIANTS
 
 #define PG_ARGMAX_LOOP(DT, IDX)                                                                         \
     for (Py_ssize_t j = 0; j < n; j++) {                                                                \
@@ -79,19 +76,7 @@ PG_ARGMAX_ISA(avx512)
 #pragma GCC pop_options
 #endif
 
-/* 0: baseline, 1: AVX2, 2: AVX-512 (F, VL, BW, DQ). */
-static int pg_argmax_isa(void)
-{
-#if PG_ARGMAX_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-        return 2;
-    if (__builtin_cpu_supports("avx2"))
-        return 1;
-#endif
-    return 0;
-}
+static int pg_argmax_isa(void) { return pg_cpu_isa(); }
 
 #if PG_ARGMAX_X86
 #define PG_ARGMAX_DISPATCH(DT, T, ACC)                                                                  \

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "pg_dtype.h"
+#include "pg_isa.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #define PGTF_HAVE_STREAM 1
@@ -408,14 +409,10 @@ PGTF_ISA(avx512, 16)
 static int pgtf_isa_supported(void)
 {
 #if PGTF_X86_VARIANTS
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-        return 2;
-    if (__builtin_cpu_supports("avx2"))
-        return 1;
-#endif
+    return pg_cpu_isa();
+#else
     return 0;
+#endif
 }
 
 #define PGTF_DISPATCH(DT, T, ACC)                                                                      \
