@@ -530,7 +530,8 @@ def elementwise_case(n: int, dtype: str, threads: int) -> Case:
                                         lambda t: torch.where(tx == ty, tdy, zero, out=t))
         return fns
 
-    return Case("max_pooling_grad", f"{n >> 20}M elements", "-", dtype, threads, None, make)
+    size = f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K" if n >= 1 << 10 else str(n)
+    return Case("max_pooling_grad", f"{size} elements", "-", dtype, threads, None, make)
 
 
 def forward_case(op: str, N: int, C: int, H: int, W: int, k: int, s: int, p: int, layout: str, dtype: str,
@@ -589,13 +590,22 @@ def default_cases(threads: Iterable[int] | None = None, quick: bool = False) -> 
     if threads is None:
         threads = sorted({1, resolve_num_threads(None)})
     cases = []
-    big = (8, 64, 112, 112) if quick else (32, 64, 112, 112)
+    big, few = _shapes(quick)
+    n, c, h, w = big
     for nt in threads:
         for layout in ("NCHW", "NHWC"):
             for dtype in ("f32", "bf16"):
                 for det in (True, False):
                     cases.append(max_pool_backward_case(*big, 3, 2, 1, layout, dtype, nt, det))
-            cases.append(max_pool_backward_case(1, 3, 1024, 1024, 3, 1, 1, layout, "f32", nt, True))
+            cases.append(max_pool_backward_case(*few, 3, 1, 1, layout, "f32", nt, True))
+        # one row of every other operator (bench/compare.py has the full suite)
+        cases.append(adaptive_backward_case(*big, (7, 7), "NCHW", "f32", nt, True))
+        for layout in ("NCHW", "NHWC"):
+            cases.append(avg_backward_case(*big, 3, 2, 1, layout, "f32", nt, True))
+        cases.append(max_pool_grad_case(n, h, w, c, 3, 2, "SAME", "NHWC", "f32", nt, True))
+        cases.append(elementwise_case((1 << 22) if quick else (1 << 24), "f32", nt))
+        for op in ("max_pool2d_with_indices", "avg_pool2d"):
+            cases.append(forward_case(op, *big, 3, 2, 1, "NHWC", "f32", nt))
     return cases
 
 
@@ -607,7 +617,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, nargs="*", help="thread counts (default: 1 and all)")
     parser.add_argument("--no-bench", action="store_true", help="only run the self-check")
+    parser.add_argument("--tf-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ops", nargs="*", help=argparse.SUPPRESS)     # passed to the worker by merge_tf
     args = parser.parse_args(argv)
+    if args.tf_worker is not None:
+        return tf_worker(args.tf_worker, ["max_pool_grad"], args.quick, args.reps)
     from .config import show_config
     print("poolgrad configuration:")
     show_config()
@@ -622,8 +636,12 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     if not has_torch():
         print("  (PyTorch is not installed: no comparison column)")
-    rows, bw = run_cases(default_cases(args.threads, args.quick), reps=args.reps,
+    threads = args.threads or sorted({1, resolve_num_threads(None)})
+    rows, bw = run_cases(default_cases(threads, args.quick), reps=args.reps,
                          progress=lambda m: print("  " + m, flush=True))
+    if importlib.util.find_spec("tensorflow") is not None:
+        print("  TensorFlow's MaxPoolGrad, one worker process per thread count ...", flush=True)
+        merge_tf(rows, threads, ["max_pool_grad"], args.quick, args.reps, [sys.executable, "-m", "poolgrad"])
     print()
     print(format_table(rows, bw))
     return 0
