@@ -7,7 +7,7 @@ import numpy as np
 from . import _max_pool_indices
 from .config import threads_for
 from .errors import ParamInvalidError
-from .params import split_evenly
+from .params import split_evenly, thread_rows
 
 # Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
 # 16-bit types: 4 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
@@ -69,7 +69,8 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         rows = int(np.max(np.diff(part)))
         # 16-bit: one more output row per thread, where a contiguous grad_output row is widened at once
         widen = go4.shape[3] * (C if channel else 1) if narrow else 0
-        scratch = np.empty((nthreads, rows * row_elems + widen) if narrow else (1, 1), np.float32)
+        scratch = thread_rows(nthreads, rows * row_elems + widen, np.float32) if narrow else \
+            np.empty((1, 1), np.float32)
     flags = np.zeros(units * (len(part) - 1), np.int8)
     # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
     # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
@@ -81,7 +82,7 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     if empty_window or flags.any():
         # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
         # plane exactly and deterministically, range-checking as we go.
-        scratch = np.empty((nthreads, H * W) if narrow else (1, 1), np.float32)
+        scratch = thread_rows(nthreads, H * W, np.float32) if narrow else np.empty((1, 1), np.float32)
         badpos = np.empty(N * C, np.int64)
         _max_pool_indices.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
         bad = np.flatnonzero(badpos >= 0)

@@ -14,7 +14,7 @@ from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
 from .max_pool_indices import PoolParams, check_grad_like, check_input, logical_shape
 from .params import (alloc_like_order, as_int, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
-                     read_only, split_evenly, to_nchw)
+                     read_only, split_evenly, thread_rows, to_nchw)
 
 __all__ = ["avg_pool2d", "avg_pool2d_backward", "CUBE_MATH_TYPES"]
 
@@ -248,7 +248,7 @@ def avg_pool2d(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None, 
     lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
     nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), nthreads)
     g_off = _round_up(W * cs)
-    scratch = np.empty((nthreads, g_off + _round_up(cs)), acc)
+    scratch = thread_rows(nthreads, g_off + _round_up(cs), acc)
     _avg_pool.forward(dt, xk, y4, dv, hidx, lo_h, hi_h, lo_w, hi_w, channel, scratch, g_off, nthreads)
     return y
 
@@ -341,7 +341,7 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     cap = max(1, int(np.max(chi_h - clo_h)))  # ring of expanded output rows: the most covering one input row
     sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs]  # Cs, Tp, G, U (16-bit row)
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
-    scratch = np.empty((nthreads, int(offsets[-1])), acc)
+    scratch = thread_rows(nthreads, int(offsets[-1]), acc)
     stream = gx4.nbytes >= STREAM_MIN_BYTES
     _avg_pool.backward(dt, gx4, go4, dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part,
                        ap.stride[1], left, mode, channel, cap, stream, dv_rep, scratch, offsets[:4].copy(),

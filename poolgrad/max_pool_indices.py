@@ -14,7 +14,7 @@ from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .params import (as_array, check_dtype, check_index_dtype, check_rank, check_same_dtype, kernel_input,
                      kernel_output, parse_bool, parse_layout, parse_pair, parse_stride, pool_output_size,
-                     pool_windows, prepare_out, to_nchw, alloc_like_order, alloc_like_order_zeroed)
+                     pool_windows, prepare_out, thread_rows, to_nchw, alloc_like_order, alloc_like_order_zeroed)
 
 __all__ = ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"]
 
@@ -160,11 +160,12 @@ def uniform_argmax(dt: str, it: str, xk: np.ndarray, y4: np.ndarray | None, ind4
     (kh, kw), (dh, dw) = kernel, dilation
     koff_h = np.repeat(np.arange(kh, dtype=np.int64) * dh, kw)
     koff_w = np.tile(np.arange(kw, dtype=np.int64) * dw, kh)
-    best = np.empty((nthreads, lanes), np.float64)
-    kidx = np.empty((nthreads, lanes), np.int32)
-    rows = np.empty((nthreads, 2 * xk.shape[3] * cd * xk.dtype.itemsize), np.uint8)
+    best = thread_rows(nthreads, lanes, np.float64)
+    kidx = thread_rows(nthreads, lanes, np.int32)
+    rows = thread_rows(nthreads, 2 * xk.shape[3] * cd * xk.dtype.itemsize, np.uint8)
     _max_pool_indices.argmax_forward_uniform(dt, it, xk, y4, ind4, tuple(kernel), tuple(stride), tuple(padding),
                                              tuple(dilation), koff_h, koff_w, koff_h * xk.shape[3] + koff_w,
+                                             np.arange(lanes, dtype=np.int64) // cd * stride[1],
                                              channel, best, kidx, rows, nthreads)
     return True
 

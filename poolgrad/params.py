@@ -19,7 +19,7 @@ from .errors import ParamInvalidError, ParamNullptrError
 __all__ = [
     "as_array", "check_dtype", "check_same_dtype", "check_rank", "parse_layout", "parse_pair", "parse_stride",
     "parse_bool", "to_nchw", "pool_output_size", "pool_windows", "adaptive_windows", "prepare_out",
-    "as_int", "alloc_like_order", "alloc_like_order_zeroed", "kernel_friendly", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
+    "as_int", "alloc_like_order", "alloc_like_order_zeroed", "thread_rows", "kernel_friendly", "kernel_input", "kernel_output", "check_index_dtype", "split_evenly",
 ]
 
 # Parameters (kernel sizes, strides, paddings, dilations, output sizes) above this are refused: every product the
@@ -286,6 +286,19 @@ def alloc_like_order_zeroed(ref: np.ndarray, shape: Sequence[int], dtype: Any) -
     dims = [shape[a] for a in order]
     raw, zeroed = buffers.take(functools.reduce(operator.mul, dims, 1) * dtype.itemsize)
     return raw.view(dtype).reshape(dims).transpose(np.argsort(order)), zeroed
+
+
+def thread_rows(nthreads: int, n: int, dtype: Any) -> np.ndarray:
+    """Per-thread scratch: ``nthreads`` rows of at least ``n`` elements (the row length is ``shape[1]``), each
+    starting on its own 64-byte cache line and followed by a spare line.  Rows that share a line make every
+    write a cross-core transfer: with 56-element rows that false sharing left the 2-thread max-pooling forward
+    no faster than one thread (22.5 against 20.5 ms on 32x64x112x112)."""
+    item = np.dtype(dtype).itemsize
+    per_line = max(1, 64 // item)
+    stride = -(-max(n, 1) // per_line) * per_line + per_line
+    raw = np.empty(nthreads * stride + per_line, dtype)
+    offset = ((-raw.ctypes.data) % 64) // item
+    return raw[offset:offset + nthreads * stride].reshape(nthreads, stride)
 
 
 def kernel_friendly(arr: np.ndarray) -> bool:

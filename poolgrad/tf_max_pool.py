@@ -28,7 +28,7 @@ from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .max_pool_indices import uniform_argmax
 from .params import (MAX_PARAM, alloc_like_order, as_int, as_array, check_dtype, check_rank, kernel_input, kernel_output,
-                     parse_bool, parse_layout, prepare_out, to_nchw)
+                     parse_bool, parse_layout, prepare_out, thread_rows, to_nchw)
 
 __all__ = ["max_pool", "max_pool_grad"]
 
@@ -360,11 +360,11 @@ def _run_grad(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> No
     band_oa = np.searchsorted(pool.hhi, part[:-1], side="right").astype(np.int64)
     band_ob = np.searchsorted(pool.hlo, part[1:], side="left").astype(np.int64)
     nthreads = min(nthreads, units * nb)          # idle threads would only cost ring memory
-    scratch = np.empty((nthreads, ring_rows * row_elems), acc)
+    scratch = thread_rows(nthreads, ring_rows * row_elems, acc)
     stream = target.nbytes >= STREAM_BYTES
     _tf_max_pool.max_pool_grad(pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo,
                                pool.hhi, pool.wlo, pool.whi, part, band_oa, band_ob, channel, stream, scratch,
-                               ring_rows, np.empty((nthreads, win_h), np.int32),
+                               ring_rows, thread_rows(nthreads, win_h, np.int32),
                                *pool.plane_vector_run(ring_rows * W), nthreads)
     if target is not gx4:
         gx4[...] = target

@@ -55,7 +55,19 @@ static void pg_argmax_split2_##NAME##_##SFX(T *restrict even, T *restrict odd, c
     if (w & 1) even[h] = x[w - 1];                                                                      \
 }
 
+/* Flat indices of a dense output row: out[j] = base + lane_off[j] + kflat[kidx[j]] (lane_off: the lane's column
+   offset ow * sw, kflat: the winning kernel cell's offset a * dh * W + b * dw). */
+#define PG_ARGMAX_INDEX(SFX, IT, NAME)                                                                  \
+static void pg_argmax_index_##NAME##_##SFX(IT *restrict out, const int32_t *restrict kidx,              \
+                                           const int64_t *restrict lane_off,                            \
+                                           const int64_t *restrict kflat, int64_t base, Py_ssize_t n)   \
+{                                                                                                       \
+    for (Py_ssize_t j = 0; j < n; j++) out[j] = (IT)(base + lane_off[j] + kflat[kidx[j]]);             \
+}
+
 #define PG_ARGMAX_ISA(SFX)                                                                              \
+PG_ARGMAX_INDEX(SFX, int32_t, i32)                                                                      \
+PG_ARGMAX_INDEX(SFX, int64_t, i64)                                                                      \
 PG_ARGMAX_CELL(SFX, f32, float, float)                                                                  \
 PG_ARGMAX_CELL(SFX, f64, double, double)                                                                \
 PG_ARGMAX_CELL(SFX, f16, uint16_t, float)                                                               \
@@ -112,6 +124,26 @@ static inline void pg_argmax_split2_##NAME(int isa, T *even, T *odd, const T *x,
     pg_argmax_split2_##NAME##_base(even, odd, x, w);                                                   \
 }
 #endif
+#if PG_ARGMAX_X86
+#define PG_ARGMAX_INDEX_DISPATCH(IT, NAME)                                                              \
+static inline void pg_argmax_index_##NAME(int isa, IT *out, const int32_t *kidx, const int64_t *lane_off, \
+                                          const int64_t *kflat, int64_t base, Py_ssize_t n)             \
+{                                                                                                       \
+    if (isa == 2) pg_argmax_index_##NAME##_avx512(out, kidx, lane_off, kflat, base, n);                \
+    else if (isa == 1) pg_argmax_index_##NAME##_avx2(out, kidx, lane_off, kflat, base, n);             \
+    else pg_argmax_index_##NAME##_base(out, kidx, lane_off, kflat, base, n);                           \
+}
+#else
+#define PG_ARGMAX_INDEX_DISPATCH(IT, NAME)                                                              \
+static inline void pg_argmax_index_##NAME(int isa, IT *out, const int32_t *kidx, const int64_t *lane_off, \
+                                          const int64_t *kflat, int64_t base, Py_ssize_t n)             \
+{                                                                                                       \
+    (void)isa;                                                                                          \
+    pg_argmax_index_##NAME##_base(out, kidx, lane_off, kflat, base, n);                                \
+}
+#endif
+PG_ARGMAX_INDEX_DISPATCH(int32_t, i32)
+PG_ARGMAX_INDEX_DISPATCH(int64_t, i64)
 PG_ARGMAX_SPLIT_DISPATCH(uint16_t, u16)
 PG_ARGMAX_SPLIT_DISPATCH(uint32_t, u32)
 PG_ARGMAX_SPLIT_DISPATCH(uint64_t, u64)
