@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'preallocated (--out)' if args.out else 'allocated by each call'}", flush=True)
     rows, bw = benchmark.run_cases(cases, reps=args.reps, progress=lambda m: print("  " + m, flush=True))
     if any(c.op == "max_pool_grad" for c in cases):
-        benchmark.merge_tf(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__])
+        benchmark.merge_worker_times(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__])
     if not args.no_jax and benchmark.has_jax() and any(c.op in benchmark.JAX_OPS for c in cases):
-        benchmark.merge_tf(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__],
+        benchmark.merge_worker_times(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__],
                            worker="jax")
     table = benchmark.format_table(rows, bw)
     print()

@@ -397,10 +397,11 @@ def jax_worker(threads: int, ops: Iterable[str] | None, quick: bool, reps: int) 
     return 0
 
 
-def merge_tf(rows: list[dict], threads: Iterable[int], ops: Iterable[str] | None, quick: bool, reps: int,
-             command: list[str], worker: str = "tf") -> None:
-    """Run :func:`tf_worker` (or :func:`jax_worker`) once per thread count (``command + ['--tf-worker', n]``)
-    and add that library's times and speed ratios to the matching rows."""
+def merge_worker_times(rows: list[dict], threads: Iterable[int], ops: Iterable[str] | None, quick: bool,
+                       reps: int, command: list[str], worker: str = "tf") -> None:
+    """Run :func:`tf_worker` (``worker="tf"``) or :func:`jax_worker` (``"jax"``) once per thread count
+    (``command + ['--tf-worker', n]`` / ``['--jax-worker', n]``) and add that library's times and speed ratios
+    to the matching rows."""
     import json
     import subprocess
     tag, name = {"tf": ("TFTIMES ", "TensorFlow"), "jax": ("JAXTIMES ", "JAX")}[worker]
@@ -618,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="*", help="thread counts (default: 1 and all)")
     parser.add_argument("--no-bench", action="store_true", help="only run the self-check")
     parser.add_argument("--tf-worker", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--ops", nargs="*", help=argparse.SUPPRESS)     # passed to the worker by merge_tf
+    parser.add_argument("--ops", nargs="*", help=argparse.SUPPRESS)     # passed to the worker by merge_worker_times
     args = parser.parse_args(argv)
     if args.tf_worker is not None:
         return tf_worker(args.tf_worker, ["max_pool_grad"], args.quick, args.reps)
@@ -641,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
                          progress=lambda m: print("  " + m, flush=True))
     if importlib.util.find_spec("tensorflow") is not None:
         print("  TensorFlow's MaxPoolGrad, one worker process per thread count ...", flush=True)
-        merge_tf(rows, threads, ["max_pool_grad"], args.quick, args.reps, [sys.executable, "-m", "poolgrad"])
+        merge_worker_times(rows, threads, ["max_pool_grad"], args.quick, args.reps, [sys.executable, "-m", "poolgrad"])
     print()
     print(format_table(rows, bw))
     return 0
