@@ -130,6 +130,7 @@ class _Pool:
                 f"{name}: output size is too small: input (H, W) = {(H, W)} with {self.describe()} gives "
                 f"{(Ho, Wo)} (VALID padding needs the window to fit in the input)")
         self.out_hw = (Ho, Wo)
+        self.pads = (ph, pw)                    # padding cells before the first row / column
         self.hlo, self.hhi = _windows(H, Ho, self.ksize[0], self.strides[0], ph)
         self.wlo, self.whi = _windows(W, Wo, self.ksize[1], self.strides[1], pw)
         self.out_shape = (N, C, Ho, Wo) if self.data_format == "NCHW" else (N, Ho, Wo, C)
@@ -152,7 +153,7 @@ class _Pool:
     def plane_vector_run(self, ring_elems: int) -> tuple[bool, int, int, int, int, int]:
         """The unclipped windows along W (one contiguous run) for the plane path's vector lanes."""
         kw, sw = self.ksize[1], self.strides[1]
-        pw = tf_output_size(self.x4.shape[3], kw, sw, self.padding)[1]
+        pw = self.pads[1]
         full = np.flatnonzero((self.wlo == np.arange(len(self.wlo)) * sw - pw) & (self.whi - self.wlo == kw))
         ow_a, ow_b = (int(full[0]), int(full[-1]) + 1) if full.size else (0, 0)
         return VECTOR_PLANE and ow_b > ow_a and ring_elems < RING_INT32, ow_a, ow_b, sw, kw, pw
@@ -317,11 +318,10 @@ def _run_grad_composed(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: i
     order, so the result has the same bits as the fused kernel's.  False if the forward does not apply."""
     x4 = kernel_input(pool.x4)
     N, C, H, W = x4.shape
-    pads = tuple(tf_output_size(n, k, s, pool.padding)[1] for n, k, s in zip((H, W), pool.ksize, pool.strides))
     it = "i32" if H * W <= np.iinfo(np.int32).max else "i64"
     ind4 = alloc_like_order(x4, (N, C) + pool.out_hw, np.int32 if it == "i32" else np.int64)
     xk = kernel_view(x4)
-    if not uniform_argmax(pool.dt, it, xk, None, ind4, pool.ksize, pool.strides, pads, (1, 1),
+    if not uniform_argmax(pool.dt, it, xk, None, ind4, pool.ksize, pool.strides, pool.pads, (1, 1),
                           threads_for(ind4.size * pool.ksize[0] * pool.ksize[1], nthreads)):
         return False
     target = kernel_output(gx4)
