@@ -25,40 +25,45 @@ def _from_layout(a: np.ndarray, layout: str) -> np.ndarray:
     return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
 
 
+def _check_argmax_op(rng: np.random.Generator, dtype: np.dtype, layout: str, forward: Callable,
+                     forward_ref: Callable, backward: Callable, backward_ref: Callable) -> bool:
+    """An index-returning pooling and its backward: indices equal to the reference's, gradients close, in both
+    determinism modes.  ``forward(x, layout)`` / ``forward_ref(x4)`` give (y, indices); ``backward(go, x, ind,
+    layout, det)``; ``backward_ref(go4, shape, ind4)``."""
+    x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
+    x = _to_layout(x4, layout)
+    y, ind = forward(x, layout)
+    _, i_ref = forward_ref(x4)
+    ok = np.array_equal(_from_layout(ind, layout), i_ref)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    want = backward_ref(_from_layout(go, layout), x4.shape, i_ref)
+    for det in (True, False):
+        ok &= _close(_from_layout(backward(go, x, ind, layout, det), layout), want, dtype)
+    return ok
+
+
 def _check_max_pool(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
     from . import max_pool_indices as max_pool
     from .slow import max_pool_indices as ref
-    x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
-    x = _to_layout(x4, layout)
-    y, ind = max_pool.max_pool2d_with_indices(x, 3, 2, 1, layout=layout)
-    y_ref, i_ref = ref.max_pool2d_with_indices(x4, (3, 3), (2, 2), (1, 1))
-    ind4 = _from_layout(ind, layout)
-    ok = np.array_equal(ind4, i_ref)
-    go = rng.standard_normal(y.shape).astype(dtype)
-    go4 = _from_layout(go, layout)
-    want = ref.max_pool2d_with_indices_backward(go4, x4.shape, i_ref)
-    for det in (True, False):
-        g = max_pool.max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, layout=layout, deterministic=det)
-        ok &= _close(_from_layout(g, layout), want, dtype)
-    return ok
+    return _check_argmax_op(
+        rng, dtype, layout,
+        lambda x, lay: max_pool.max_pool2d_with_indices(x, 3, 2, 1, layout=lay),
+        lambda x4: ref.max_pool2d_with_indices(x4, (3, 3), (2, 2), (1, 1)),
+        lambda go, x, ind, lay, det: max_pool.max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, layout=lay,
+                                                                              deterministic=det),
+        ref.max_pool2d_with_indices_backward)
 
 
 def _check_adaptive(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
     from . import adaptive
     from .slow import adaptive as ref
-    x4 = rng.integers(-3, 4, size=(2, 3, 13, 11)).astype(dtype)
-    x = _to_layout(x4, layout)
-    y, ind = adaptive.adaptive_max_pool2d(x, (5, 4), layout=layout)
-    _, i_ref = ref.adaptive_max_pool2d(x4, (5, 4))
-    ind4 = _from_layout(ind, layout)
-    ok = np.array_equal(ind4, i_ref)
-    go = rng.standard_normal(y.shape).astype(dtype)
-    go4 = _from_layout(go, layout)
-    want = ref.adaptive_max_pool2d_backward(go4, x4.shape, i_ref)
-    for det in (True, False):
-        g = adaptive.adaptive_max_pool2d_backward(go, x, ind, layout=layout, deterministic=det)
-        ok &= _close(_from_layout(g, layout), want, dtype)
-    return ok
+    return _check_argmax_op(
+        rng, dtype, layout,
+        lambda x, lay: adaptive.adaptive_max_pool2d(x, (5, 4), layout=lay),
+        lambda x4: ref.adaptive_max_pool2d(x4, (5, 4)),
+        lambda go, x, ind, lay, det: adaptive.adaptive_max_pool2d_backward(go, x, ind, layout=lay,
+                                                                          deterministic=det),
+        ref.adaptive_max_pool2d_backward)
 
 
 def _check_elementwise(rng: np.random.Generator, dtype: np.dtype, layout: str) -> bool:
