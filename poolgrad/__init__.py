@@ -11,8 +11,8 @@ Public API (all functions validate their inputs and raise :class:`PoolGradError`
   :func:`show_config`
 * recycling of large outputs: :func:`set_buffer_cache_limit`, :func:`buffer_cache_info`, :func:`release_buffers`
 """
-from .buffers import buffer_cache_info, release_buffers, set_buffer_cache_limit
-from .config import deterministic, get_config, is_deterministic, set_deterministic, show_config
+from .config import (deterministic, get_config, is_deterministic, set_buffer_cache_limit, set_deterministic,
+                     show_config)
 from .dtypes import bfloat16
 from .elementwise import max_pooling_grad
 from .errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ParamInvalidError, ParamNullptrError,
@@ -20,6 +20,7 @@ from .errors import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ParamInva
 from .adaptive import adaptive_max_pool2d, adaptive_max_pool2d_backward
 from .avg_pool import avg_pool2d, avg_pool2d_backward
 from .max_pool_indices import max_pool2d_with_indices, max_pool2d_with_indices_backward
+from .memory import buffer_cache_info, release_buffers
 from .tf_max_pool import max_pool, max_pool_grad
 
 __version__ = "0.1.0"

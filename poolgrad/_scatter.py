@@ -1,13 +1,13 @@
-"""Planning and driving the index-scatter backward shared by max_pool2d_with_indices_backward and
+"""Planning and running the index-scatter backward shared by max_pool2d_with_indices_backward and
 adaptive_max_pool2d_backward (kernels in ``_max_pool_indices.pyx``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import _max_pool_indices
-from .config import threads_for
 from .errors import ParamInvalidError
-from .params import split_evenly, thread_rows
+from .memory import thread_rows
+from .planning import channel_inner, split_evenly, threads_for
 
 # Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
 # 16-bit types: 4 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
@@ -22,69 +22,73 @@ ITEMS_PER_THREAD = 4
 THIN_BANDS = 4
 
 
-def channel_inner(arr4: np.ndarray) -> bool:
-    """True when C is the fastest-varying logical axis in memory (channels-last storage)."""
-    s = [abs(v) for v in arr4.strides]
-    return arr4.shape[1] > 1 and s[1] < s[3]
+class ScatterPlan:
+    """The work items and kernel choice of one scatter shape (planning depends only on shapes, strides, the
+    window tables, the mode and the thread count, never on the data); :meth:`run` executes it."""
 
+    def __init__(self, dt: str, it: str, go4: np.ndarray, gx4: np.ndarray, row_lo: np.ndarray,
+                 row_hi: np.ndarray, deterministic: bool, nthreads: int, index_name: str = "indices") -> None:
+        N, C, H, W = gx4.shape
+        Ho = go4.shape[2]
+        self.dt, self.it, self.row_lo, self.row_hi, self.index_name = dt, it, row_lo, row_hi, index_name
+        self.nthreads = nthreads = threads_for(gx4.size + go4.size, nthreads)
+        self.channel = channel = channel_inner(gx4)
+        units = N if channel else N * C                 # independent planes (or images, channels-last)
+        row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
+        self.narrow = narrow = dt in ("f16", "bf16")
+        nb = -(-H * row_elems // BAND_MAX)
+        if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
+            nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
+            # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
+            # in 9 bands leave one thread 5 items and the other 4)
+            nb = next((b for b in range(nb, 2 * nb + 1) if units * b % nthreads == 0), nb)
+        # Nondeterministic mode may split the outputs instead and add atomically where chunks meet; that only
+        # pays when bands would be so thin that re-reading the output rows that straddle band edges costs more.
+        # Bands won wherever they are a few windows tall (1x1x2048^2 k3s1 at 2 threads: 2.2 ms banded, 2.4 ms
+        # atomic; channels-last 1x1024^2x3: 1.7 against 2.3 ms).
+        span = int(np.max(row_hi - row_lo)) if len(row_lo) else 0
+        self.use_atomic = use_atomic = ((not deterministic) and not narrow and units < nthreads
+                                        and H < THIN_BANDS * span * nb)
+        if use_atomic:
+            self.part = split_evenly(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+            self.band_oa = self.band_ob = None
+            self.scratch_elems = 0
+        else:
+            self.part = part = split_evenly(H, nb)
+            self.band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
+            self.band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
+            rows = int(np.max(np.diff(part)))
+            # 16-bit: one more output row per thread, where a contiguous grad_output row is widened at once
+            widen = go4.shape[3] * (C if channel else 1) if narrow else 0
+            self.scratch_elems = rows * row_elems + widen if narrow else 0
+        self.items = units * (len(self.part) - 1)
+        # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
+        # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
+        self.empty_window = bool(np.any(row_hi <= row_lo))
 
-def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray,
-                 row_lo: np.ndarray, row_hi: np.ndarray, deterministic: bool, nthreads: int,
-                 index_name: str = "indices", prezeroed: bool = False) -> None:
-    """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` over logical-NCHW views (``gx4`` dense in H/W).
+    def run(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, prezeroed: bool = False) -> None:
+        """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` (``prezeroed``: ``gx4`` is known to be all zeros).
 
-    ``prezeroed``: ``gx4`` is known to be all zeros (freshly mapped memory, see ``buffers.take``), so the
-    kernels skip zeroing it: a full write of grad_x saved.
+        Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``."""
+        nthreads = self.nthreads
+        scratch = thread_rows(nthreads, self.scratch_elems, np.float32) if self.scratch_elems else _no_scratch()
+        flags = np.zeros(self.items, np.int8)
+        if not self.empty_window:
+            _max_pool_indices.scatter_backward(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
+                                               self.part, self.band_oa, self.band_ob, self.channel,
+                                               not self.use_atomic, scratch, flags, nthreads, prezeroed)
+        if self.empty_window or np.count_nonzero(flags):
+            self.fallback(go4, ind4, gx4)
 
-    Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``.
-    """
-    N, C, H, W = gx4.shape
-    Ho = go4.shape[2]
-    nthreads = threads_for(gx4.size + go4.size, nthreads)
-    channel = channel_inner(gx4)
-    units = N if channel else N * C                 # independent planes (or images, channels-last)
-    row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
-    narrow = dt in ("f16", "bf16")
-    nb = -(-H * row_elems // BAND_MAX)
-    if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
-        nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
-        # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
-        # in 9 bands leave one thread 5 items and the other 4)
-        nb = next((b for b in range(nb, 2 * nb + 1) if units * b % nthreads == 0), nb)
-    # Nondeterministic mode may split the outputs instead and add atomically where chunks meet; that only pays
-    # when bands would be so thin that re-reading the output rows that straddle band edges costs more.  Bands
-    # won wherever they are a few windows tall (1x1x2048^2 k3s1 at 2 threads: 2.2 ms banded, 2.4 ms atomic;
-    # channels-last 1x1024^2x3: 1.7 against 2.3 ms).
-    span = int(np.max(row_hi - row_lo)) if len(row_lo) else 0
-    use_atomic = ((not deterministic) and not narrow and units < nthreads
-                  and H < THIN_BANDS * span * nb)
-    if use_atomic:
-        part = split_evenly(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
-        band_oa = band_ob = None
-        scratch = np.empty((1, 1), np.float32)
-    else:
-        part = split_evenly(H, nb)
-        band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
-        band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
-        rows = int(np.max(np.diff(part)))
-        # 16-bit: one more output row per thread, where a contiguous grad_output row is widened at once
-        widen = go4.shape[3] * (C if channel else 1) if narrow else 0
-        scratch = thread_rows(nthreads, rows * row_elems + widen, np.float32) if narrow else \
-            np.empty((1, 1), np.float32)
-    flags = np.zeros(units * (len(part) - 1), np.int8)
-    # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
-    # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
-    empty_window = bool(np.any(row_hi <= row_lo))
-    if not empty_window:
-        _max_pool_indices.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob,
-                                           channel, not use_atomic, scratch, flags, nthreads,
-                                           prezeroed)
-    if empty_window or flags.any():
-        # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
-        # plane exactly and deterministically, range-checking as we go.
-        scratch = thread_rows(nthreads, H * W, np.float32) if narrow else np.empty((1, 1), np.float32)
+    def fallback(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> None:
+        """Some index lies outside its window's rows (legal) or outside the plane (an error): redo every plane
+        exactly and deterministically, range-checking as we go."""
+        N, C, H, W = gx4.shape
+        nthreads = self.nthreads
+        scratch = thread_rows(nthreads, H * W, np.float32) if self.narrow else _no_scratch()
         badpos = np.empty(N * C, np.int64)
-        _max_pool_indices.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
+        _max_pool_indices.scatter_fallback(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, scratch,
+                                           badpos, nthreads)
         bad = np.flatnonzero(badpos >= 0)
         if bad.size:
             plane = int(bad[0])
@@ -92,5 +96,18 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
             oh, ow = divmod(int(badpos[plane]), go4.shape[3])
             value = int(ind4[n, c, oh, ow])
             raise ParamInvalidError(
-                f"{index_name}: expected every index in [0, H*W) = [0, {H * W}), got {value} at position "
+                f"{self.index_name}: expected every index in [0, H*W) = [0, {H * W}), got {value} at position "
                 f"(n={n}, c={c}, oh={oh}, ow={ow})")
+
+
+def _no_scratch() -> np.ndarray:
+    """What the kernels take for scratch when they need none (fresh per call: plans are shared by threads)."""
+    return np.empty((1, 1), np.float32)
+
+
+def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray,
+                 row_lo: np.ndarray, row_hi: np.ndarray, deterministic: bool, nthreads: int,
+                 index_name: str = "indices", prezeroed: bool = False) -> None:
+    """Plan and run one scatter (see :class:`ScatterPlan`) over logical-NCHW views (``gx4`` dense in H/W)."""
+    ScatterPlan(dt, it, go4, gx4, row_lo, row_hi, deterministic, nthreads, index_name).run(go4, ind4, gx4,
+                                                                                          prezeroed)

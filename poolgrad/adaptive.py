@@ -9,41 +9,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import ParamInvalidError
-from .max_pool_indices import (argmax_pool, check_grad_like, check_indices, check_input, logical_shape,
-                       scatter_backward)
 from .config import resolve_num_threads
-from .params import MAX_PARAM, adaptive_windows, as_array, check_rank, to_nchw
+from .errors import ParamInvalidError
+from .geometry import adaptive_windows, logical_shape, to_nchw
+from .indexed import ArgmaxPlan, ScatterBackwardPlan
+from .plans import OP_IDS, call, make_key
+from .validation import as_array, check_grad_like, check_indices, check_input, check_rank, parse_output_size
 
 __all__ = ["adaptive_max_pool2d", "adaptive_max_pool2d_backward"]
 
-
-def _parse_output_size(output_size: Any, hw: tuple[int, int]) -> tuple[int, int]:
-    """int, or 1-2 entries each a positive int or None (None keeps that input size, as in PyTorch)."""
-    if isinstance(output_size, (bool, np.bool_)):
-        raise ParamInvalidError(f"output_size: expected a positive int or a sequence of 1 or 2, got "
-                                f"{output_size!r}")
-    if isinstance(output_size, (int, np.integer)):
-        seq = [output_size]
-    elif isinstance(output_size, (list, tuple)) and len(output_size) in (1, 2):
-        seq = list(output_size)
-    else:
-        raise ParamInvalidError(f"output_size: expected a positive int or a sequence of 1 or 2, got "
-                                f"{output_size!r}")
-    if len(seq) == 1:
-        seq = seq * 2
-    result = []
-    for axis, v in enumerate(seq):
-        if v is None:
-            result.append(hw[axis])
-            continue
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise ParamInvalidError(f"output_size: expected positive ints (or None), got {output_size!r}")
-        if not 1 <= int(v) <= MAX_PARAM:
-            raise ParamInvalidError(f"output_size: expected positive ints (at most {MAX_PARAM}), got "
-                                    f"{output_size!r}")
-        result.append(int(v))
-    return result[0], result[1]
+_FWD, _BWD = OP_IDS["adaptive_max_pool2d"], OP_IDS["adaptive_max_pool2d_backward"]
 
 
 def adaptive_max_pool2d(x: Any, output_size: int | Sequence[int | None], *, layout: str = "NCHW",
@@ -69,14 +44,20 @@ def adaptive_max_pool2d(x: Any, output_size: int | Sequence[int | None], *, layo
     y, indices : ndarray
         Window maxima and flat offsets ``ih * W + iw`` in each (n, c) plane (first maximum on ties, NaN wins).
     """
+    key = make_key(_FWD, (x,), (output_size, layout, index_dtype, num_threads))
+    return call(key, (x,), lambda: _plan_forward(x, output_size, layout, index_dtype, num_threads))
+
+
+def _plan_forward(x: Any, output_size: Any, layout: Any, index_dtype: Any, num_threads: Any,
+                  ) -> tuple[ArgmaxPlan, tuple]:
     x, layout, dt = check_input(x, layout)
     nthreads = resolve_num_threads(num_threads)
     x4 = to_nchw(x, layout)
     H, W = x4.shape[2], x4.shape[3]
-    out_hw = _parse_output_size(output_size, (H, W))
-    return argmax_pool(x, x4, dt, layout,
-                       lambda: (adaptive_windows(H, out_hw[0]), adaptive_windows(W, out_hw[1])),
-                       (1, 1), out_hw, index_dtype, nthreads)
+    out_hw = parse_output_size(output_size, (H, W))
+    plan = ArgmaxPlan(x, dt, layout, lambda: (adaptive_windows(H, out_hw[0]), adaptive_windows(W, out_hw[1])),
+                      (1, 1), out_hw, index_dtype, nthreads)
+    return plan, (x,)
 
 
 def adaptive_max_pool2d_backward(grad_output: Any, x: Any, indices: Any, *, layout: str = "NCHW",
@@ -107,6 +88,13 @@ def adaptive_max_pool2d_backward(grad_output: Any, x: Any, indices: Any, *, layo
     ndarray
         ``grad_x`` (16-bit types accumulated in float32, rounded once).
     """
+    key = make_key(_BWD, (grad_output, x, indices, out), (layout, deterministic, num_threads))
+    return call(key, (grad_output, x, indices, out),
+                lambda: _plan_backward(grad_output, x, indices, layout, out, deterministic, num_threads))
+
+
+def _plan_backward(grad_output: Any, x: Any, indices: Any, layout: Any, out: Any, deterministic: Any,
+                   num_threads: Any) -> tuple[ScatterBackwardPlan, tuple]:
     x, layout, dt = check_input(x, layout)
     x4 = to_nchw(x, layout)
     N, C, H, W = x4.shape
@@ -122,5 +110,6 @@ def adaptive_max_pool2d_backward(grad_output: Any, x: Any, indices: Any, *, layo
     what = f"output_size={out_hw} and x of shape {x.shape}"
     go = check_grad_like(go, "grad_output", x, expected, what)
     indices, it = check_indices(indices, x4, x.ndim, expected, what)
-    return scatter_backward(go, x, indices, layout, dt, it, adaptive_windows(H, out_hw[0]),
-                            adaptive_windows(W, out_hw[1]), out, deterministic, num_threads)
+    plan = ScatterBackwardPlan(x, go, indices, layout, dt, it, adaptive_windows(H, out_hw[0]),
+                               adaptive_windows(W, out_hw[1]), out, deterministic, num_threads)
+    return plan, (go, x, indices, out)

@@ -8,25 +8,24 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _avg_pool
-from ._scatter import channel_inner
-from .config import resolve_deterministic, resolve_num_threads, threads_for
+from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
-from .max_pool_indices import PoolParams, check_grad_like, check_input, logical_shape
-from .params import (alloc_like_order, as_int, kernel_input, kernel_output, parse_bool, pool_windows, prepare_out,
-                     read_only, split_evenly, thread_rows, to_nchw)
+from .geometry import logical_shape, pool_windows, to_nchw
+from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
+from .plans import OP_IDS, call, make_key
+from .planning import channel_inner, split_evenly, threads_for
+from .validation import (CUBE_MATH_TYPES, check_grad_like, check_input, parse_bool, parse_cube_math_type,
+                         check_no_overlap, parse_divisor, parse_pool, prepare_out)
 
 __all__ = ["avg_pool2d", "avg_pool2d_backward", "CUBE_MATH_TYPES"]
 
-IntOrPair = int | Sequence[int]
+_FWD, _BWD = OP_IDS["avg_pool2d"], OP_IDS["avg_pool2d_backward"]
 
-#: ``cube_math_type`` values (CANN's names).
-CUBE_MATH_TYPES = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16", 3: "USE_HF32"}
+IntOrPair = int | Sequence[int]
 
 # How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in).
 _MODE_DIV, _MODE_MUL, _MODE_HF32, _MODE_F16 = 0, 1, 2, 3
-
-_INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
 
 # Backward work items: one plane (or channels-last image), split into row bands only when there are fewer than
 # ITEMS_PER_THREAD items per thread (items are handed out dynamically, so a thread that the OS delays does not
@@ -40,41 +39,17 @@ STREAM_MIN_BYTES = 8 << 20
 DV_REPEAT_MAX = 1 << 20
 
 
-def _parse_divisor(value: Any) -> int:
-    """None or 0 (not used) or a non-zero int64 (negative allowed, as in PyTorch); bools are refused."""
-    if value is None:
-        return 0
-    d = as_int(value, "divisor_override", "None or an int")
-    if not _INT64_MIN <= d <= _INT64_MAX:
-        raise ParamInvalidError(f"divisor_override: expected an int64 value, got {d}")
-    return d
-
-
-def _parse_cube_math_type(value: Any, x: np.ndarray, dt: str) -> int:
-    """0-3 (bools refused), and the dtype restrictions of USE_HF32 (float32 only) and USE_FP16 (no bfloat16)."""
-    want = ", ".join(f"{k} ({v})" for k, v in CUBE_MATH_TYPES.items())
-    mode = as_int(value, "cube_math_type", f"one of {want}")
-    if mode not in CUBE_MATH_TYPES:
-        raise ParamInvalidError(f"cube_math_type: expected one of {want}, got {mode}")
-    if mode == 3 and dt != "f32":
-        raise ParamInvalidError(f"cube_math_type: 3 (USE_HF32) expects float32 input, got x of dtype {x.dtype}")
-    if mode == 2 and dt == "bf16":
-        raise ParamInvalidError(f"cube_math_type: 2 (USE_FP16) does not support bfloat16 input, got x of "
-                                f"dtype {x.dtype}")
-    return mode
-
-
 class _AvgParams:
-    """Parsed and validated avg-pooling parameters (the output size comes from :class:`PoolParams`)."""
+    """Parsed and validated avg-pooling parameters (the output size comes from :class:`PoolGeometry`)."""
 
     def __init__(self, x4: np.ndarray, kernel_size: Any, stride: Any, padding: Any, ceil_mode: Any,
                  count_include_pad: Any, divisor_override: Any) -> None:
-        pp = PoolParams(x4, kernel_size, stride, padding, 1, ceil_mode, max_padding="avg")
+        pp = parse_pool(x4, kernel_size, stride, padding, None, ceil_mode)
         self.kernel, self.stride, self.padding, self.ceil_mode = pp.kernel, pp.stride, pp.padding, pp.ceil_mode
         self.out = pp.out
         self.size = (int(x4.shape[2]), int(x4.shape[3]))
         self.count_include_pad = parse_bool(count_include_pad, "count_include_pad")
-        self.divisor_override = _parse_divisor(divisor_override)
+        self.divisor_override = parse_divisor(divisor_override)
 
     def describe(self) -> str:
         return (f"kernel_size={self.kernel}, stride={self.stride}, padding={self.padding}, "
@@ -230,27 +205,59 @@ def avg_pool2d(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None, 
         The window averages, dtype of ``x``, same memory order as ``x``.  Each window is summed row by row, then
         column by column (in the accumulation type: float32 for 16-bit inputs, rounded once), then divided.
     """
+    key = make_key(_FWD, (x,), (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                                layout, num_threads))
+    return call(key, (x,), lambda: _plan_forward(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                                 divisor_override, layout, num_threads))
+
+
+def _plan_forward(x: Any, kernel_size: Any, stride: Any, padding: Any, ceil_mode: Any, count_include_pad: Any,
+                  divisor_override: Any, layout: Any, num_threads: Any) -> tuple["_ForwardPlan", tuple]:
     x, layout, dt = check_input(x, layout)
     x4 = to_nchw(x, layout)
     ap = _AvgParams(x4, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-    nthreads = resolve_num_threads(num_threads)
-    N, C, H, W = x4.shape
-    Ho, Wo = ap.out
-    y = alloc_like_order(x, logical_shape(x, layout, C, Ho, Wo), x.dtype)
-    if N == 0:
+    return _ForwardPlan(x, layout, dt, ap, resolve_num_threads(num_threads)), (x,)
+
+
+class _ForwardPlan:
+    """One validated forward shape: allocate y, run the kernel (tables and scratch planned on the first run)."""
+
+    def __init__(self, x: np.ndarray, layout: str, dt: str, ap: _AvgParams, nthreads: int) -> None:
+        self.layout, self.dt, self.ap, self.nthreads = layout, dt, ap, nthreads
+        C = to_nchw(x, layout).shape[1]
+        self.order = OutputLayout(x, logical_shape(x, layout, C, *ap.out))
+        self.run: tuple | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = self.order.empty(x.dtype)
+        if y.size == 0:                # N = 0
+            return y
+        x4 = to_nchw(x, self.layout)
+        xk = kernel_view(x4 if kernel_friendly(x4) else kernel_input(x4))
+        y4 = kernel_view(to_nchw(y, self.layout))
+        run = self.run
+        if run is None:
+            run = self.run = self._plan(xk)
+        tables, channel, g_off, scratch_pool, nthreads = run
+        scratch = scratch_pool.take()
+        _avg_pool.forward(self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
+        scratch_pool.give(scratch)
         return y
-    xk = kernel_view(kernel_input(x4))
-    y4 = kernel_view(to_nchw(y, layout))
-    channel = channel_inner(xk)
-    cs = C if channel else 1
-    acc = _acc_dtype(dt)
-    dv, hidx = _divisors(ap.key(), acc.char)
-    lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
-    nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), nthreads)
-    g_off = _round_up(W * cs)
-    scratch = thread_rows(nthreads, g_off + _round_up(cs), acc)
-    _avg_pool.forward(dt, xk, y4, dv, hidx, lo_h, hi_h, lo_w, hi_w, channel, scratch, g_off, nthreads)
-    return y
+
+    def _plan(self, xk: np.ndarray) -> tuple:
+        ap = self.ap
+        N, C, H, W = xk.shape
+        Ho, Wo = ap.out
+        channel = channel_inner(xk)
+        cs = C if channel else 1
+        acc = _acc_dtype(self.dt)
+        dv, hidx = _divisors(ap.key(), acc.char)
+        lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
+        nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), self.nthreads)
+        g_off = _round_up(W * cs)
+        rows = g_off + _round_up(cs)
+        pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
+        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, g_off, pool, nthreads
 
 
 def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,
@@ -298,30 +305,75 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         (ascending) of t[oh, ow])`` with ``t = grad_output / divisor`` (``-0`` sums to ``+0``), accumulated in
         float32 for 16-bit types (rounded once) and in the input type otherwise.
     """
+    key = make_key(_BWD, (grad_output, x, out), (kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                                  divisor_override, cube_math_type, layout, deterministic,
+                                                  num_threads))
+    return call(key, (grad_output, x, out),
+                lambda: _plan_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                       divisor_override, cube_math_type, layout, out, deterministic, num_threads))
+
+
+def _plan_backward(grad_output: Any, x: Any, kernel_size: Any, stride: Any, padding: Any, ceil_mode: Any,
+                   count_include_pad: Any, divisor_override: Any, cube_math_type: Any, layout: Any, out: Any,
+                   deterministic: Any, num_threads: Any) -> tuple["_BackwardPlan", tuple]:
     x, layout, dt = check_input(x, layout)
     x4 = to_nchw(x, layout)
     ap = _AvgParams(x4, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-    cube = _parse_cube_math_type(cube_math_type, x, dt)
+    cube = parse_cube_math_type(cube_math_type, x, dt)
     expected = logical_shape(x, layout, x4.shape[1], *ap.out)
     grad_output = check_grad_like(grad_output, "grad_output", x, expected,
                                   f"{ap.describe()} and x of shape {x.shape}")
     resolve_deterministic(deterministic)  # validated only: the gather kernel is atomic-free in both modes
     nthreads = resolve_num_threads(num_threads)
-    gx = prepare_out(out, x, [("grad_output", grad_output), ("x", x)])
-    gx4 = to_nchw(gx, layout)
-    if gx4.shape[0] == 0:
+    if out is not None:
+        prepare_out(out, x, [("grad_output", grad_output), ("x", x)])
+    return _BackwardPlan(x, layout, dt, ap, _kernel_mode(cube, dt), nthreads), (grad_output, x, out)
+
+
+class _BackwardPlan:
+    """One validated backward shape: allocate grad_x (or check ``out``'s overlap), run the gather kernel (work
+    items, tables and scratch planned on the first run)."""
+
+    def __init__(self, x: np.ndarray, layout: str, dt: str, ap: _AvgParams, mode: int, nthreads: int) -> None:
+        self.layout, self.dt, self.ap, self.mode, self.nthreads = layout, dt, ap, mode, nthreads
+        self.order = OutputLayout(x, x.shape)
+        self.direct: tuple[bool, bool] | None = None
+        self.gather: tuple | None = None
+
+    def __call__(self, grad_output: np.ndarray, x: np.ndarray, out: Any) -> np.ndarray:
+        if out is None:
+            gx = self.order.empty(x.dtype)
+        else:
+            check_no_overlap(out, (("grad_output", grad_output), ("x", x)))
+            gx = out
+        gx4 = to_nchw(gx, self.layout)
+        if gx4.shape[0] == 0:
+            return gx
+        go4 = to_nchw(grad_output, self.layout)
+        direct = self.direct
+        if direct is None:
+            # which arrays the kernel addresses directly is fixed by the call key (strides, alignment flags)
+            direct = self.direct = (kernel_output(gx4, dense_hw=False) is gx4, kernel_friendly(go4))
+        target = gx4 if direct[0] else kernel_output(gx4, dense_hw=False)
+        gok = kernel_view(go4 if direct[1] else kernel_input(go4))
+        gxk = kernel_view(target)
+        gather = self.gather
+        if gather is None:
+            gather = self.gather = _plan_gather(self.dt, self.ap, gok, gxk, self.mode, self.nthreads)
+        args, offsets, pool, nthreads = gather
+        scratch = pool.take()
+        _avg_pool.backward(self.dt, gxk, gok, *args, scratch, offsets, nthreads)
+        pool.give(scratch)
+        if not direct[0]:
+            gx4[...] = target
         return gx
-    target = kernel_output(gx4, dense_hw=False)
-    _gather_backward(dt, ap, kernel_view(kernel_input(to_nchw(grad_output, layout))), kernel_view(target),
-                     _kernel_mode(cube, dt), nthreads)
-    if target is not gx4:
-        gx4[...] = target
-    return gx
 
 
-def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,
-                     nthreads: int) -> None:
-    """Plan the work items and scratch of the gather kernel and run it (``gx4`` is fully overwritten)."""
+def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,
+                 nthreads: int) -> tuple:
+    """The work items, tables and scratch of the gather kernel for these kernel views (``gx4`` is fully
+    overwritten by a run): (kernel arguments between the arrays and the scratch, scratch offsets, scratch pool,
+    threads)."""
     N, C, H, W = gx4.shape
     Wo = ap.out[1]
     channel = channel_inner(gx4)
@@ -341,8 +393,9 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     cap = max(1, int(np.max(chi_h - clo_h)))  # ring of expanded output rows: the most covering one input row
     sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs]  # Cs, Tp, G, U (16-bit row)
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
-    scratch = thread_rows(nthreads, int(offsets[-1]), acc)
+    rows = int(offsets[-1])
+    pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
     stream = gx4.nbytes >= STREAM_MIN_BYTES
-    _avg_pool.backward(dt, gx4, go4, dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part,
-                       ap.stride[1], left, mode, channel, cap, stream, dv_rep, scratch, offsets[:4].copy(),
-                       nthreads)
+    args = (dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part, ap.stride[1], left, mode, channel, cap,
+            stream, dv_rep)
+    return args, read_only(offsets[:4].copy())[0], pool, nthreads

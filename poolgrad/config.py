@@ -8,12 +8,12 @@ import sys
 import threading
 from typing import Iterator
 
-from . import _config
+from . import _callkey, _config, memory
 from .errors import ParamInvalidError
-from .params import as_int
+from .validation import as_int, parse_bool
 
 __all__ = ["set_deterministic", "is_deterministic", "deterministic", "resolve_deterministic",
-           "resolve_num_threads", "threads_for", "show_config", "get_config"]
+           "resolve_num_threads", "set_buffer_cache_limit", "show_config", "get_config"]
 
 # The seeds document these operators as nondeterministic unless ACL_OPT_DETERMINISTIC is set, so the
 # process-wide default is False.  A plain module global (not a context variable) on purpose: the setting is
@@ -31,7 +31,8 @@ def set_deterministic(flag: bool) -> None:
         True selects the atomic-free deterministic kernels (bitwise identical for every run and thread count).
     """
     global _deterministic
-    _deterministic = _as_bool(flag, "flag")
+    _deterministic = parse_bool(flag, "flag")
+    _callkey.set_det_default(_deterministic)
 
 
 def is_deterministic() -> bool:
@@ -49,27 +50,23 @@ def deterministic(flag: bool = True) -> Iterator[None]:
         The setting inside the ``with`` block.
     """
     global _deterministic
-    value = _as_bool(flag, "flag")
+    value = parse_bool(flag, "flag")
     with _lock:
         previous = _deterministic
         _deterministic = value
+        _callkey.set_det_default(value)
     try:
         yield
     finally:
         _deterministic = previous
-
-
-def _as_bool(value: object, name: str) -> bool:
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        return bool(value)
-    raise ParamInvalidError(f"{name}: expected a bool, got {value!r}")
+        _callkey.set_det_default(previous)
 
 
 def resolve_deterministic(value: object) -> bool:
     """Per-call ``deterministic=`` argument: None means the process-wide setting."""
     if value is None:
         return _deterministic
-    return _as_bool(value, "deterministic")
+    return parse_bool(value, "deterministic")
 
 
 def resolve_num_threads(value: object) -> int:
@@ -89,15 +86,20 @@ def resolve_num_threads(value: object) -> int:
     return min(n, 4096)
 
 
-# Elements of work below which one more thread costs more than it saves: waking an OpenMP team and joining it
-# takes microseconds, and on a loaded machine a thread that is not scheduled stalls the whole call at the join.
-GRAIN = 32768
+def set_buffer_cache_limit(nbytes: int) -> None:
+    """Set the most bytes of large blocks poolgrad keeps for reuse (0 turns recycling off).
 
+    Free blocks above the new limit are released at once (see :mod:`poolgrad.memory`).
 
-def threads_for(work: int, nthreads: int, grain: int = GRAIN) -> int:
-    """Threads worth using for ``work`` elements (at least one, at most ``nthreads``).  Results never depend
-    on it: every kernel is bitwise deterministic in the thread count or documented otherwise."""
-    return max(1, min(nthreads, work // grain))
+    Parameters
+    ----------
+    nbytes : int
+        Limit in bytes, >= 0.
+    """
+    value = as_int(nbytes, "nbytes", "an int >= 0")
+    if value < 0:
+        as_int(None, "nbytes", "an int >= 0", shown=value)
+    memory.set_limit(value)
 
 
 def get_config() -> dict:
@@ -109,7 +111,7 @@ def get_config() -> dict:
     except OSError:
         build = {}
     import numpy as np
-    from . import _avg_pool, _dtypes, _max_pool_indices, _tf_max_pool, buffers
+    from . import _avg_pool, _dtypes, _max_pool_indices, _tf_max_pool
     return {
         "openmp": bool(_config.openmp_enabled()),
         "omp_max_threads": int(_config.omp_max_threads()),
@@ -122,7 +124,7 @@ def get_config() -> dict:
         "avg_pool_simd": _avg_pool.simd(),
         "f16c_rows": bool(_dtypes.have_f16c()),
         "argmax_isa": _max_pool_indices.ARGMAX_ISA,
-        "buffer_cache_limit": buffers.buffer_cache_limit(),
+        "buffer_cache_limit": memory.buffer_cache_limit(),
         "deterministic_default": _deterministic,
         "python": sys.version.split()[0],
         "numpy": np.__version__,

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from . import _elementwise
-from .config import GRAIN, resolve_deterministic, resolve_num_threads, threads_for
+from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
-from .params import (alloc_like_order, as_array, check_dtype, check_same_dtype, kernel_friendly, kernel_input,
-                     prepare_out)
+from .memory import alloc_like_order, kernel_friendly, kernel_input
+from .planning import GRAIN, threads_for
+from .validation import as_array, check_dtype, check_same_dtype, prepare_out
 
 __all__ = ["max_pooling_grad"]
 

@@ -22,13 +22,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _tf_max_pool
-from ._scatter import channel_inner, scatter_grad
-from .config import resolve_deterministic, resolve_num_threads, threads_for
+from ._scatter import scatter_grad
+from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
-from .max_pool_indices import uniform_argmax
-from .params import (MAX_PARAM, alloc_like_order, as_int, as_array, check_dtype, check_rank, kernel_input, kernel_output,
-                     parse_bool, parse_layout, prepare_out, thread_rows, to_nchw)
+from .geometry import tf_output_size, tf_windows, to_nchw
+from .indexed import uniform_argmax
+from .memory import alloc_like_order, kernel_input, kernel_output, thread_rows
+from .planning import channel_inner, threads_for
+from .validation import (as_array, check_dtype, check_rank, parse_bool, parse_layout, parse_tf_padding,
+                         parse_tf_window, prepare_out)
 
 __all__ = ["max_pool", "max_pool_grad"]
 
@@ -53,58 +56,6 @@ RING_INT32 = 1 << 30
 VECTOR_PLANE = True
 
 
-def _parse_window_param(value: Any, name: str, data_format: str) -> tuple[int, int]:
-    """A length-4 sequence of ints in ``data_format`` order, 1 at N and C, positive at H and W -> (h, w)."""
-    expected = f"a sequence of 4 ints in {data_format} order"
-    if isinstance(value, np.ndarray):
-        if value.ndim != 1:
-            raise ParamInvalidError(f"{name}: expected {expected}, got an array of shape {value.shape}")
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)):
-        raise ParamInvalidError(f"{name}: expected {expected}, got {value!r}")
-    if len(value) != 4:
-        raise ParamInvalidError(f"{name}: expected {expected}, got {len(value)} values {tuple(value)!r}")
-    ints = [as_int(v, name, expected, shown=tuple(value)) for v in value]
-    nc = (0, 3) if data_format == "NHWC" else (0, 1)
-    hw = (1, 2) if data_format == "NHWC" else (2, 3)
-    if ints[nc[0]] != 1 or ints[nc[1]] != 1:
-        raise ParamInvalidError(
-            f"{name}: expected 1 in the N and C positions ({name}[{nc[0]}] and {name}[{nc[1]}] for "
-            f"{data_format}; pooling across the batch or the channels is not supported), got {tuple(ints)}")
-    for i in hw:
-        if not 1 <= ints[i] <= MAX_PARAM:
-            raise ParamInvalidError(f"{name}: expected positive H and W entries (at most {MAX_PARAM}) in "
-                                    f"{data_format} order, got {tuple(ints)}")
-    return ints[hw[0]], ints[hw[1]]
-
-
-def _parse_padding(padding: Any) -> str:
-    """``"SAME"`` or ``"VALID"`` (str or ASCII bytes, case-sensitive as in TensorFlow)."""
-    if isinstance(padding, bytes):
-        try:
-            padding = padding.decode("ascii")
-        except UnicodeDecodeError:
-            pass
-    if not isinstance(padding, str) or padding not in ("SAME", "VALID"):
-        raise ParamInvalidError(f"padding: expected 'SAME' or 'VALID', got {padding!r}")
-    return padding
-
-
-def tf_output_size(size: int, k: int, s: int, padding: str) -> tuple[int, int]:
-    """TensorFlow's (output length, padding before) along one axis; the length may be < 1 (VALID, k > size)."""
-    if padding == "VALID":
-        return -(-(size - k + 1) // s), 0
-    out = -(-size // s)
-    total = max(0, (out - 1) * s + k - size)
-    return out, total // 2
-
-
-def _windows(size: int, out: int, k: int, s: int, before: int) -> tuple[np.ndarray, np.ndarray]:
-    """Clipped windows ``[lo, hi)`` of every output along one axis (non-decreasing in both ends)."""
-    start = np.arange(out, dtype=np.int64) * s - before
-    return np.maximum(start, 0), np.minimum(start + k, size)
-
-
 class _Pool:
     """Validated x (x1), parameters, output shape and window tables."""
 
@@ -114,9 +65,9 @@ class _Pool:
         self.data_format = parse_layout(data_format, "data_format")
         check_rank(x, name, (4,))
         self.dt = check_dtype(x, name)
-        self.ksize = _parse_window_param(ksize, "ksize", self.data_format)
-        self.strides = _parse_window_param(strides, "strides", self.data_format)
-        self.padding = _parse_padding(padding)
+        self.ksize = parse_tf_window(ksize, "ksize", self.data_format)
+        self.strides = parse_tf_window(strides, "strides", self.data_format)
+        self.padding = parse_tf_padding(padding)
         self.x = x
         self.x4 = x4 = to_nchw(x, self.data_format)
         N, C, H, W = x4.shape
@@ -131,8 +82,8 @@ class _Pool:
                 f"{(Ho, Wo)} (VALID padding needs the window to fit in the input)")
         self.out_hw = (Ho, Wo)
         self.pads = (ph, pw)                    # padding cells before the first row / column
-        self.hlo, self.hhi = _windows(H, Ho, self.ksize[0], self.strides[0], ph)
-        self.wlo, self.whi = _windows(W, Wo, self.ksize[1], self.strides[1], pw)
+        self.hlo, self.hhi = tf_windows(H, Ho, self.ksize[0], self.strides[0], ph)
+        self.wlo, self.whi = tf_windows(W, Wo, self.ksize[1], self.strides[1], pw)
         self.out_shape = (N, C, Ho, Wo) if self.data_format == "NCHW" else (N, Ho, Wo, C)
 
     def describe(self) -> str:

@@ -42,7 +42,7 @@ def to_layout(a4: np.ndarray, layout: str, rank: int = 4) -> np.ndarray:
 
 def from_layout(a: np.ndarray, layout: str) -> np.ndarray:
     """Inverse of :func:`to_layout`: back to a logical NCHW 4-D view."""
-    return poolgrad.params.to_nchw(a, layout)
+    return poolgrad.geometry.to_nchw(a, layout)
 
 
 def strided_variants(a: np.ndarray, rng: np.random.Generator | None = None) -> Iterator[tuple[str, np.ndarray]]:

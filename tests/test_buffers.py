@@ -1,4 +1,4 @@
-"""The block cache that recycles large outputs (poolgrad/buffers.py): reuse only when nothing refers to a block,
+"""The block cache that recycles large outputs (poolgrad/memory.py): reuse only when nothing refers to a block,
 recycled blocks full of old data still give exact results, the limit holds, and threads never share a block."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
-from poolgrad import buffers
+from poolgrad import memory as buffers
 
 SMALL = 1 << 16      # the tests lower MIN_BYTES to this so that they stay small and fast
 

@@ -30,7 +30,9 @@ def test_determinism_switch_and_context_manager():
     with pytest.raises(pg.ParamInvalidError):
         pg.set_deterministic("yes")
     with pytest.raises(pg.ParamInvalidError):
-        config.resolve_deterministic(1)
+        config.resolve_deterministic(2)
+    # the one bool rule (validation.parse_bool): 0 and 1 are bools for every bool parameter
+    assert config.resolve_deterministic(1) is True and config.resolve_deterministic(np.int64(0)) is False
 
 
 def test_context_manager_restores_on_error():

@@ -423,7 +423,7 @@ def test_out_errors():
 
 def test_option_errors():
     a = np.ones(8, np.float32)
-    for bad in ("yes", 1, 0.0, [True]):
+    for bad in ("yes", 2, 0.0, [True]):  # 0 and 1 are bools (the one bool rule, validation.py)
         _raises(ParamInvalidError, 161002, r"^deterministic:",
                 lambda: max_pooling_grad(a, a, a, deterministic=bad), a)
     for bad in (0, -1, 1.5, True, "2"):

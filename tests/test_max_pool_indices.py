@@ -169,7 +169,7 @@ FAST_FWD_CONFIGS = CONFIGS + [((2, 3, 13, 17), (3, 3), (1, 1), (1, 1), (1, 1), F
 def test_vectorised_forward_equals_per_window_forward(monkeypatch, cfg, layout, dtype):
     """The row-vectorised forward (PyTorch-style windows) and the per-window kernel agree bit for bit: values,
     ties, NaN (the last one wins), signed zeros, NaN payloads; also on negative-stride views."""
-    from poolgrad import max_pool_indices
+    from poolgrad import indexed as max_pool_indices
     rng = np.random.default_rng(21)
     shape, k, st, p, d, ceil = cfg
     for kind in ("ties", "nan"):

@@ -1,10 +1,10 @@
-"""Helpers of poolgrad/params.py not covered through the operators: the per-thread scratch layout."""
+"""Helpers of poolgrad/memory.py not covered through the operators: the per-thread scratch layout."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from poolgrad.params import thread_rows
+from poolgrad.memory import thread_rows
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64])

@@ -1,0 +1,183 @@
+"""The kernels' drivers shared by the index-returning poolings (max, adaptive max, and TF max's argmax):
+the argmax forward over any per-axis window tables, the vectorised forward for PyTorch-style windows, and the
+validated tail of the index-scatter backward.  Operator modules validate, then call these.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _max_pool_indices
+from ._scatter import ScatterPlan
+from .config import resolve_deterministic, resolve_num_threads
+from .dtypes import kernel_view
+from .errors import ParamInvalidError
+from .geometry import PoolGeometry, logical_shape, to_nchw
+from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
+from .planning import channel_inner, threads_for
+from .validation import check_no_overlap, parse_index_dtype, prepare_out
+
+__all__ = ["ArgmaxPlan", "ScatterBackwardPlan", "UniformArgmax", "uniform_argmax"]
+
+# The vectorised forward keeps one float64 and one int32 scratch row of Wo (times C) lanes per thread and a
+# table entry per kernel cell; beyond these sizes the per-window kernel runs instead.
+UNIFORM_MAX_ROW = 1 << 20       # also bounds W (times C), the phase-split input row of strided windows
+UNIFORM_MAX_CELLS = 1 << 16
+
+
+class ArgmaxPlan:
+    """Shared forward: window max and flat argmax for any per-axis window tables (a plan: call it with ``x``).
+
+    ``windows()`` builds the (height, width) tables; the first run calls it after allocating the outputs, so an
+    output size that cannot exist fails in the allocation before any table of that length is built.
+    ``uniform``: the windows are PyTorch-style ones from these parameters, which allows the vectorised kernel.
+    """
+
+    def __init__(self, x: np.ndarray, dt: str, layout: str, windows: Callable[[], tuple[dict, dict]],
+                 step: tuple[int, int], out_hw: tuple[int, int], index_dtype: Any, nthreads: int,
+                 uniform: PoolGeometry | None = None) -> None:
+        x4 = to_nchw(x, layout)
+        self.idt, self.it = parse_index_dtype(index_dtype, x4.shape[2] * x4.shape[3])
+        self.dt, self.layout, self.windows, self.step, self.uniform = dt, layout, windows, step, uniform
+        self.shape = logical_shape(x, layout, x4.shape[1], *out_hw)
+        self.order = OutputLayout(x, self.shape)
+        self.nthreads = nthreads
+        self.tables: tuple | None = None
+        self.fast: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
+
+    def _tables(self, y_size: int) -> tuple:
+        win_h, win_w = self.windows()
+        if np.any(win_h["count"] == 0) or np.any(win_w["count"] == 0):
+            raise ParamInvalidError("x: some pooling window contains no input cell (padding and dilation leave "
+                                    "it entirely outside the input)")
+        nthreads = threads_for(y_size * int(win_h["count"].max()) * int(win_w["count"].max()), self.nthreads)
+        return win_h, win_w, nthreads
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = self.order.empty(x.dtype)
+        ind = self.order.empty(self.idt)
+        tables = self.tables
+        if tables is None:
+            tables = self.tables = self._tables(y.size)
+        win_h, win_w, nthreads = tables
+        if y.size == 0:                # N = 0 (C, Ho and Wo are at least 1)
+            return y, ind
+        layout = self.layout
+        x4 = to_nchw(x, layout)
+        xk = kernel_view(x4 if kernel_friendly(x4) else kernel_input(x4))
+        y4 = kernel_view(to_nchw(y, layout))
+        ind4 = to_nchw(ind, layout)
+        fast = self.fast
+        if fast is None:
+            u = self.uniform
+            fast = self.fast = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
+                                              u.dilation, nthreads) if u is not None else False)
+        if fast and fast.ok:
+            fast.run(xk, y4, ind4)
+        else:
+            _max_pool_indices.argmax_forward(self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"],
+                                             self.step[0], win_w["start"], win_w["count"], self.step[1],
+                                             channel_inner(xk), nthreads)
+        return y, ind
+
+
+class UniformArgmax:
+    """The vectorised forward for PyTorch-style windows (output (oh, ow) covers rows oh*sh - ph + a*dh and
+    columns ow*sw - pw + b*dw, clipped to the input) over logical-NCHW kernel views of one shape.  ``ok`` is
+    False when the row or the kernel is too big for it.  Scratch rows are pooled: a run takes a set no other
+    run holds (or allocates one), so one instance serves concurrent callers."""
+
+    def __init__(self, dt: str, it: str, xk: np.ndarray, ind4: np.ndarray, kernel: tuple[int, int],
+                 stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
+                 nthreads: int) -> None:
+        self.channel = channel = channel_inner(xk)
+        cd = xk.shape[1] if channel else 1
+        self.lanes = lanes = ind4.shape[3] * cd
+        self.ok = not (max(lanes, xk.shape[3] * cd) > UNIFORM_MAX_ROW or kernel[0] * kernel[1] > UNIFORM_MAX_CELLS)
+        if not self.ok:
+            return
+        self.args = (tuple(kernel), tuple(stride), tuple(padding), tuple(dilation),
+                     *_uniform_tables(kernel, dilation, xk.shape[3], lanes, cd, stride[1]))
+        self.dt, self.it, self.nthreads = dt, it, nthreads
+        row_bytes = 2 * xk.shape[3] * cd * xk.dtype.itemsize
+        self.scratch = ScratchPool(lambda: (thread_rows(nthreads, lanes, np.float64),
+                                            thread_rows(nthreads, lanes, np.int32),
+                                            thread_rows(nthreads, row_bytes, np.uint8)))
+
+    def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray) -> None:
+        scratch = self.scratch.take()
+        _max_pool_indices.argmax_forward_uniform(self.dt, self.it, xk, y4, ind4, *self.args, self.channel,
+                                                 *scratch, self.nthreads)
+        self.scratch.give(scratch)
+
+
+def uniform_argmax(dt: str, it: str, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
+                   kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                   dilation: tuple[int, int], nthreads: int) -> bool:
+    """One run of :class:`UniformArgmax` (``y4`` None computes the indices only).  Returns False, having done
+    nothing, when the row or the kernel is too big for it."""
+    fast = UniformArgmax(dt, it, xk, ind4, kernel, stride, padding, dilation, nthreads)
+    if fast.ok:
+        fast.run(xk, y4, ind4)
+    return fast.ok
+
+
+@functools.lru_cache(maxsize=256)
+def _uniform_tables(kernel: tuple[int, int], dilation: tuple[int, int], W: int, lanes: int, cd: int,
+                    sw: int) -> tuple[np.ndarray, ...]:
+    """The vectorised forward's kernel-cell offsets (rows, columns, flat) and each lane's first input column
+    (read-only, cached: they depend on shapes and parameters only)."""
+    (kh, kw), (dh, dw) = kernel, dilation
+    koff_h = np.repeat(np.arange(kh, dtype=np.int64) * dh, kw)
+    koff_w = np.tile(np.arange(kw, dtype=np.int64) * dw, kh)
+    return read_only(koff_h, koff_w, koff_h * W + koff_w, np.arange(lanes, dtype=np.int64) // cd * sw)
+
+
+class ScatterBackwardPlan:
+    """The validated tail shared by the max and adaptive max backwards (a plan: call it with the arrays):
+    allocate grad_x (or check ``out``), run the scatter kernels."""
+
+    def __init__(self, x: np.ndarray, grad_output: np.ndarray, indices: np.ndarray, layout: str, dt: str,
+                 it: str, win_h: dict, win_w: dict, out: Any, deterministic: Any, num_threads: Any) -> None:
+        self.det = resolve_deterministic(deterministic)
+        self.nthreads = resolve_num_threads(num_threads)
+        if out is not None:
+            prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)])
+        self.layout, self.dt, self.it, self.row_lo, self.row_hi = layout, dt, it, win_h["lo"], win_h["hi"]
+        self.order = OutputLayout(x, x.shape)
+        self.scatter: ScatterPlan | None = None     # planned on the first run, from the kernel views' strides
+
+    def __call__(self, grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray, out: Any) -> np.ndarray:
+        # A large output allocated here may be freshly mapped memory, whose pages the OS zero-fills on first
+        # touch: then the kernels skip zeroing it (a full write of grad_x saved).  Recycled or small blocks hold
+        # old data.
+        if out is None:
+            gx, fresh_zeros = self.order.empty_zeroed(x.dtype)
+        else:
+            check_no_overlap(out, (("grad_output", grad_output), ("x", x), ("indices", indices)))
+            gx, fresh_zeros = out, False
+        layout = self.layout
+        gx4 = to_nchw(gx, layout)
+        if gx4.shape[0] == 0:
+            return gx
+        go4 = to_nchw(grad_output, layout)
+        ind4 = to_nchw(indices, layout)
+        scatter = self.scatter
+        if scatter is None:
+            # Which arrays the kernels can address directly is fixed by the call key (strides, alignment flags).
+            self.direct = (kernel_output(gx4) is gx4, kernel_friendly(go4), kernel_friendly(ind4))
+        direct_out, direct_go, direct_ind = self.direct
+        target = gx4 if direct_out else kernel_output(gx4)
+        gok = kernel_view(go4 if direct_go else kernel_input(go4))
+        if not direct_ind:
+            ind4 = kernel_input(ind4)
+        gxk = kernel_view(target)
+        if scatter is None:
+            scatter = self.scatter = ScatterPlan(self.dt, self.it, gok, gxk, self.row_lo, self.row_hi, self.det,
+                                                 self.nthreads)
+        scatter.run(gok, ind4, gxk, prezeroed=fresh_zeros and direct_out)
+        if not direct_out:
+            gx4[...] = target
+        return gx
