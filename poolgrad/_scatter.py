@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _max_pool_indices
 from .errors import ParamInvalidError
-from .memory import thread_rows
+from .memory import ScratchPool, thread_rows
 from .planning import channel_inner, split_evenly, threads_for
 
 # Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
@@ -65,18 +65,20 @@ class ScatterPlan:
         # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
         # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
         self.empty_window = bool(np.any(row_hi <= row_lo))
+        elems = self.scratch_elems
+        self.scratch = ScratchPool((lambda: thread_rows(self.nthreads, elems, np.float32)) if elems else _no_scratch)
 
     def run(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, prezeroed: bool = False) -> None:
         """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` (``prezeroed``: ``gx4`` is known to be all zeros).
 
         Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``."""
-        nthreads = self.nthreads
-        scratch = thread_rows(nthreads, self.scratch_elems, np.float32) if self.scratch_elems else _no_scratch()
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
+            scratch = self.scratch.take()
             _max_pool_indices.scatter_backward(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
                                                self.part, self.band_oa, self.band_ob, self.channel,
-                                               not self.use_atomic, scratch, flags, nthreads, prezeroed)
+                                               not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
+            self.scratch.give(scratch)
         if self.empty_window or np.count_nonzero(flags):
             self.fallback(go4, ind4, gx4)
 
@@ -101,7 +103,7 @@ class ScatterPlan:
 
 
 def _no_scratch() -> np.ndarray:
-    """What the kernels take for scratch when they need none (fresh per call: plans are shared by threads)."""
+    """What the kernels take for scratch when they need none."""
     return np.empty((1, 1), np.float32)
 
 

@@ -17,13 +17,16 @@ from . import _elementwise
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
-from .memory import alloc_like_order, kernel_friendly, kernel_input
+from .memory import OutputLayout, alloc_like_order, kernel_friendly, kernel_input
+from .plans import OP_IDS, call, make_key
 from .planning import GRAIN, threads_for
-from .validation import as_array, check_dtype, check_same_dtype, prepare_out
+from .validation import as_array, check_dtype, check_no_overlap, check_same_dtype, prepare_out
 
 __all__ = ["max_pooling_grad"]
 
 MAX_DIMS = 8
+
+_OP = OP_IDS["max_pooling_grad"]
 
 # Elements per thread below which more threads do not pay (config.GRAIN; a module name so tests can shrink it
 # to force many small blocks).
@@ -86,6 +89,11 @@ def max_pooling_grad(dy: Any, x: Any, y: Any, *, out: np.ndarray | None = None,
     unchanged (a NaN gradient keeps its payload); unselected elements are ``+0.0``.  No arithmetic is done,
     so every dtype is exact.
     """
+    key = make_key(_OP, (dy, x, y, out), (deterministic, num_threads))
+    return call(key, (dy, x, y, out), lambda: _plan(dy, x, y, out, deterministic, num_threads))
+
+
+def _plan(dy: Any, x: Any, y: Any, out: Any, deterministic: Any, num_threads: Any) -> tuple[Any, tuple]:
     dy = as_array(dy, "dy")
     x = as_array(x, "x")
     y = as_array(y, "y")
@@ -101,28 +109,50 @@ def max_pooling_grad(dy: Any, x: Any, y: Any, *, out: np.ndarray | None = None,
     nthreads = resolve_num_threads(num_threads)
     # x and y go in as fresh view objects: prepare_out's in-place exemption (``allow_same``) is by identity,
     # and it must cover dy alone even when the caller passes the same array as dy and as x or y.
-    if out is None:
-        dx = alloc_like_order(dy, dy.shape, dy.dtype)
-    else:
-        dx = prepare_out(out, dy, [("dy", dy), ("x", x.view()), ("y", y.view())], allow_same=dy)
-    if dx.size == 0:
-        return dx
+    if out is not None:
+        prepare_out(out, dy, [("dy", dy), ("x", x.view()), ("y", y.view())], allow_same=dy)
+    return _Plan(dt, dy, nthreads), (dy, x, y, out)
 
-    target = dx
-    if not _kernel_writable(dx):
-        # misaligned, partial-element strides, or self-overlapping (a writeable as_strided view with a zero
-        # stride): compute into a dense scratch array in dx's axis order, then let NumPy assign it
-        target = alloc_like_order(dx, dx.shape, dx.dtype)
-    arrays = [kernel_view(kernel_input(dy)), kernel_view(kernel_input(x)), kernel_view(kernel_input(y)),
-              kernel_view(target)]
-    offsets, shape, strides = _coalesce(arrays)
-    total = math.prod(shape)
-    nthreads = threads_for(total, nthreads, _GRAIN)
-    nblocks = 1 if nthreads == 1 else max(nthreads, min(total // _GRAIN, _BLOCKS_PER_THREAD * nthreads))
-    _elementwise.max_pooling_grad(dt, *arrays, offsets, shape, strides, nblocks, nthreads)
-    if target is not dx:
-        dx[...] = target
-    return dx
+
+class _Plan:
+    """One validated call shape: allocate (or overlap-check ``out``), run the kernel over the coalesced
+    iteration planned on the first run (it depends on the four arrays' shape and strides only)."""
+
+    def __init__(self, dt: str, dy: np.ndarray, nthreads: int) -> None:
+        self.dt, self.nthreads = dt, nthreads
+        self.order = OutputLayout(dy, dy.shape)
+        self.run: tuple | None = None
+
+    def __call__(self, dy: np.ndarray, x: np.ndarray, y: np.ndarray, out: Any) -> np.ndarray:
+        if out is None:
+            dx = self.order.empty(dy.dtype)
+        else:
+            check_no_overlap(out, (("dy", dy), ("x", x.view()), ("y", y.view())), allow_same=dy)
+            dx = out
+        if dx.size == 0:
+            return dx
+        target = dx
+        run = self.run
+        if run is None:
+            # misaligned, partial-element strides, or self-overlapping (a writeable as_strided view with a zero
+            # stride): compute into a dense scratch array in dx's axis order, then let NumPy assign it
+            writable = _kernel_writable(dx)
+        else:
+            writable = run[0]
+        if not writable:
+            target = alloc_like_order(dx, dx.shape, dx.dtype)
+        arrays = [kernel_view(kernel_input(dy)), kernel_view(kernel_input(x)), kernel_view(kernel_input(y)),
+                  kernel_view(target)]
+        if run is None:
+            offsets, shape, strides = _coalesce(arrays)
+            total = math.prod(shape)
+            nthreads = threads_for(total, self.nthreads, _GRAIN)
+            nblocks = 1 if nthreads == 1 else max(nthreads, min(total // _GRAIN, _BLOCKS_PER_THREAD * nthreads))
+            run = self.run = (writable, offsets, shape, strides, nblocks, nthreads)
+        _elementwise.max_pooling_grad(self.dt, *arrays, *run[1:])
+        if target is not dx:
+            dx[...] = target
+        return dx
 
 
 def _kernel_writable(arr: np.ndarray) -> bool:

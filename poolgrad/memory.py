@@ -215,7 +215,8 @@ class OutputLayout:
 
     def empty_zeroed(self, dtype: Any) -> tuple[np.ndarray, bool]:
         """A new array (contents unspecified) and whether its memory is known to be all zeros."""
-        dtype = np.dtype(dtype)
+        if type(dtype) is type:         # a scalar type such as np.int64 (arrays pass their dtype object)
+            dtype = np.dtype(dtype)
         nbytes = self.count * dtype.itemsize
         if nbytes < MIN_BYTES or _limit == 0:
             arr = np.empty(self.dims, dtype)        # the common small case, without the cache's bookkeeping

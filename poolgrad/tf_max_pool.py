@@ -17,6 +17,7 @@ Both functions run the kernels of ``_tf_max_pool.pyx`` (see its docstring for th
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,14 +29,17 @@ from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .geometry import tf_output_size, tf_windows, to_nchw
 from .indexed import uniform_argmax
-from .memory import alloc_like_order, kernel_input, kernel_output, thread_rows
+from .memory import OutputLayout, ScratchPool, alloc_like_order, kernel_friendly, kernel_input, kernel_output, thread_rows
+from .plans import OP_IDS, call, make_key
 from .planning import channel_inner, threads_for
 from .validation import (as_array, check_dtype, check_rank, parse_bool, parse_layout, parse_tf_padding,
-                         parse_tf_window, prepare_out)
+                         parse_tf_window, check_no_overlap, prepare_out)
 
 __all__ = ["max_pool", "max_pool_grad"]
 
 IntSeq4 = Sequence[int]
+
+_FWD, _BWD = OP_IDS["max_pool"], OP_IDS["max_pool_grad"]
 
 # Aim for at least this many work items (image or plane bands) per thread, for balance.
 ITEMS_PER_THREAD = 4
@@ -85,6 +89,16 @@ class _Pool:
         self.hlo, self.hhi = tf_windows(H, Ho, self.ksize[0], self.strides[0], ph)
         self.wlo, self.whi = tf_windows(W, Wo, self.ksize[1], self.strides[1], pw)
         self.out_shape = (N, C, Ho, Wo) if self.data_format == "NCHW" else (N, Ho, Wo, C)
+        # Planning results for this shape (kernel choices, bands, rings), filled on first use and shared by every
+        # rebound copy: a plan's calls all have x's shape, strides and flags (see plans.py).
+        self.memo: dict[str, Any] = {}
+
+    def rebind(self, x: np.ndarray) -> "_Pool":
+        """This pool for another x of the same shape, strides and flags (a plan's later calls)."""
+        pool = copy.copy(self)
+        pool.x = x
+        pool.x4 = to_nchw(x, self.data_format)
+        return pool
 
     def describe(self) -> str:
         return (f"ksize (H, W) = {self.ksize}, strides (H, W) = {self.strides}, padding={self.padding!r}, "
@@ -92,7 +106,12 @@ class _Pool:
 
     def kernel_x(self) -> tuple[np.ndarray, bool]:
         """x as the kernels read it, and whether the channels-last kernels apply (C unit-strided in memory)."""
-        x4 = kernel_input(self.x4)
+        x4 = self.x4
+        friendly = self.memo.get("x friendly")
+        if friendly is None:
+            friendly = self.memo["x friendly"] = kernel_friendly(x4)
+        if not friendly:
+            x4 = kernel_input(x4)
         channel = channel_inner(x4)
         if channel and x4.strides[1] != x4.dtype.itemsize:
             # channels-last but C not unit-strided (a sliced buffer): one dense copy beats C strided plane passes
@@ -111,23 +130,29 @@ class _Pool:
 
     def forward(self, nthreads: int) -> np.ndarray:
         """Window maxima, in x's memory order (the spec's NaN rule)."""
-        y = alloc_like_order(self.x, self.out_shape, self.x.dtype)
+        order = self.memo.get("y")
+        if order is None:
+            order = self.memo["y"] = OutputLayout(self.x, self.out_shape)
+        y = order.empty(self.x.dtype)
         if self.x.shape[0] == 0:
             return y
         x4, channel = self.kernel_x()
-        N, C, H, W = x4.shape
-        Ho = self.out_hw[0]
-        units = N if channel else N * C
-        nparts = 1
-        if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
-            nparts = min(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
-        part = (np.arange(nparts + 1, dtype=np.int64) * Ho) // nparts
-        nthreads = min(nthreads, units * nparts)
-        win_h = int(np.max(self.hhi - self.hlo))
-        vec = self.plane_vector_run(W)
+        plan = self.memo.get(("forward", nthreads))
+        if plan is None:
+            N, C, H, W = x4.shape
+            Ho = self.out_hw[0]
+            units = N if channel else N * C
+            nparts = 1
+            if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
+                nparts = min(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+            part = (np.arange(nparts + 1, dtype=np.int64) * Ho) // nparts
+            threads = min(nthreads, units * nparts)
+            win_h = int(np.max(self.hhi - self.hlo))
+            plan = self.memo[("forward", nthreads)] = (part, win_h, self.plane_vector_run(W), threads)
+        part, win_h, vec, threads = plan
         _tf_max_pool.max_pool(self.dt, kernel_view(x4), kernel_view(to_nchw(y, self.data_format)), self.hlo,
                               self.hhi, self.wlo, self.whi, part, channel, np.zeros(win_h, np.int32), *vec,
-                              nthreads)
+                              threads)
         return y
 
 
@@ -177,8 +202,15 @@ def max_pool(x: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes, dat
     ParamInvalidError
         Any invalid dtype, rank, shape, parameter, or an output size below 1.
     """
+    key = make_key(_FWD, (x,), (ksize, strides, padding, data_format, num_threads))
+    return call(key, (x,), lambda: _plan_forward(x, ksize, strides, padding, data_format, num_threads))
+
+
+def _plan_forward(x: Any, ksize: Any, strides: Any, padding: Any, data_format: Any, num_threads: Any,
+                  ) -> tuple[Any, tuple]:
     pool = _Pool(x, ksize, strides, padding, data_format, "x")
-    return pool.forward(resolve_num_threads(num_threads))
+    nthreads = resolve_num_threads(num_threads)
+    return (lambda x: pool.rebind(x).forward(nthreads)), (pool.x,)
 
 
 def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes,
@@ -233,6 +265,15 @@ def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4,
         Any invalid dtype, rank, shape, parameter, an output size below 1, a bad ``out``, or (with
         ``check_orig_output``) an ``x2`` that is not the max pooling of ``x1``.  Inputs are never modified.
     """
+    key = make_key(_BWD, (x1, x2, grad, out), (ksize, strides, padding, data_format, check_orig_output,
+                                                deterministic, num_threads))
+    return call(key, (x1, x2, grad, out),
+                lambda: _plan_backward(x1, x2, grad, ksize, strides, padding, data_format, check_orig_output, out,
+                                       deterministic, num_threads))
+
+
+def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, padding: Any, data_format: Any,
+                   check_orig_output: Any, out: Any, deterministic: Any, num_threads: Any) -> tuple[Any, tuple]:
     pool = _Pool(x1, ksize, strides, padding, data_format, "x1")
     x1 = pool.x
     x2 = _check_like_output(x2, "x2", pool)
@@ -240,13 +281,25 @@ def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4,
     check = parse_bool(check_orig_output, "check_orig_output")
     resolve_deterministic(deterministic)          # validated; one kernel serves both modes (see docstring)
     nthreads = resolve_num_threads(num_threads)
-    gx = prepare_out(out, x1, [("x1", x1), ("x2", x2), ("grad", grad)])
-    if x1.shape[0] == 0:
+    if out is not None:
+        prepare_out(out, x1, [("x1", x1), ("x2", x2), ("grad", grad)])
+    order = OutputLayout(x1, x1.shape)
+
+    def run(x1: np.ndarray, x2: np.ndarray, grad: np.ndarray, out: Any) -> np.ndarray:
+        if out is None:
+            gx = order.empty(x1.dtype)
+        else:
+            check_no_overlap(out, (("x1", x1), ("x2", x2), ("grad", grad)))
+            gx = out
+        if x1.shape[0] == 0:
+            return gx
+        bound = pool.rebind(x1)
+        if check:
+            _check_orig_output(bound, x2, nthreads)
+        _run_grad(bound, to_nchw(grad, bound.data_format), to_nchw(gx, bound.data_format), nthreads)
         return gx
-    if check:
-        _check_orig_output(pool, x2, nthreads)
-    _run_grad(pool, to_nchw(grad, pool.data_format), to_nchw(gx, pool.data_format), nthreads)
-    return gx
+
+    return run, (x1, x2, grad, out)
 
 
 def _check_orig_output(pool: _Pool, x2: np.ndarray, nthreads: int) -> None:
@@ -284,12 +337,29 @@ def _run_grad_composed(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: i
 
 
 def _run_grad(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> None:
-    """Plan bands and rings, prepare kernel-friendly views, run the fused kernel."""
+    """Plan bands and rings (once per pool shape, see ``_Pool.memo``), prepare kernel-friendly views, run the
+    fused kernel."""
     if channel_inner(pool.x4) and pool.x4.shape[1] < COMPOSE_MAX_C and _run_grad_composed(pool, g4, gx4, nthreads):
         return
     x4, channel = pool.kernel_x()
     g4 = kernel_input(g4)
     target = kernel_output(gx4, dense_hw=False)
+    plan = pool.memo.get(("grad", nthreads))
+    if plan is None:
+        plan = pool.memo[("grad", nthreads)] = _plan_grad(pool, x4, channel, target, nthreads)
+    part, band_oa, band_ob, stream, ring_rows, threads, vec, scratch_pool = plan
+    scratch, columns = scratch_pool.take()
+    _tf_max_pool.max_pool_grad(pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo,
+                               pool.hhi, pool.wlo, pool.whi, part, band_oa, band_ob, channel, stream, scratch,
+                               ring_rows, columns, *vec, threads)
+    scratch_pool.give((scratch, columns))
+    if target is not gx4:
+        gx4[...] = target
+
+
+def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, nthreads: int) -> tuple:
+    """Bands, rings and kernel choices of the fused gradient for one shape (depends on shapes, strides,
+    parameters and the thread count only)."""
     N, C, H, W = x4.shape
     win_h = int(np.max(pool.hhi - pool.hlo))
     units = N if channel else N * C
@@ -311,11 +381,7 @@ def _run_grad(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> No
     band_oa = np.searchsorted(pool.hhi, part[:-1], side="right").astype(np.int64)
     band_ob = np.searchsorted(pool.hlo, part[1:], side="left").astype(np.int64)
     nthreads = min(nthreads, units * nb)          # idle threads would only cost ring memory
-    scratch = thread_rows(nthreads, ring_rows * row_elems, acc)
-    stream = target.nbytes >= STREAM_BYTES
-    _tf_max_pool.max_pool_grad(pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo,
-                               pool.hhi, pool.wlo, pool.whi, part, band_oa, band_ob, channel, stream, scratch,
-                               ring_rows, thread_rows(nthreads, win_h, np.int32),
-                               *pool.plane_vector_run(ring_rows * W), nthreads)
-    if target is not gx4:
-        gx4[...] = target
+    ring_elems = ring_rows * row_elems
+    scratch = ScratchPool(lambda: (thread_rows(nthreads, ring_elems, acc), thread_rows(nthreads, win_h, np.int32)))
+    return (part, band_oa, band_ob, target.nbytes >= STREAM_BYTES, ring_rows, nthreads,
+            pool.plane_vector_run(ring_rows * W), scratch)
