@@ -186,7 +186,7 @@ def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any) -> np.nd
     """New array of ``shape`` whose axes are laid out in memory in the order of ``ref``'s strides.
 
     So an output follows its input: channels-last in, channels-last out (as PyTorch keeps memory format).
-    Contents are unspecified; large arrays come from the block cache (:mod:`poolgrad.buffers`).
+    Contents are unspecified; large arrays come from the block cache (see the block cache above).
     """
     return alloc_like_order_zeroed(ref, shape, dtype)[0]
 
