@@ -13,7 +13,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import pytest
 
 import poolgrad as pg
@@ -68,3 +70,38 @@ def test_no_user_facing_page_points_outside_the_repository() -> None:
         text = page.read_text(encoding="utf-8")
         assert "shared/SPEC.md" not in text and "../shared" not in text, f"{page.name} points outside the repo"
     assert "docs/SEMANTICS.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _semantics_text() -> str:
+    """SEMANTICS.md with every run of whitespace collapsed (quoted messages wrap across lines there)."""
+    return " ".join(SEMANTICS.read_text(encoding="utf-8").split())
+
+
+def _message(call: Callable[[], object]) -> str:
+    with pytest.raises(pg.PoolGradError) as exc:
+        call()
+    return str(exc.value)
+
+
+def test_semantics_quotes_real_error_messages() -> None:
+    """The error messages SEMANTICS.md quotes as examples are the library's, word for word."""
+    text = _semantics_text()
+    f32 = np.float32
+    # 10.2: a grad_output of the wrong shape
+    msg = _message(lambda: pg.max_pool2d_with_indices_backward(
+        np.ones((2, 3, 4, 4), f32), np.zeros((2, 3, 10, 10), f32), np.zeros((2, 3, 4, 4), np.int64), 3, 2, 1))
+    assert msg in text, msg
+    # 5.3: the first index outside its plane, in (n, c, oh, ow) row-major order
+    x = np.random.default_rng(0).random((2, 3, 6, 5)).astype(f32)
+    y, idx = pg.max_pool2d_with_indices(x, 3, 2, 1)
+    idx[1, 2, 1, 0], idx[1, 1, 2, 2] = 30, 99
+    msg = _message(lambda: pg.max_pool2d_with_indices_backward(np.ones_like(y), x, idx, 3, 2, 1))
+    assert msg in text, msg
+    # 5.4: check_orig_output names the first x2 that is not the forward's
+    x1 = np.ones((1, 4, 4, 3), f32)
+    x2 = pg.max_pool(x1, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    x2[0, 1, 0, 2] = 2.0
+    msg = _message(lambda: pg.max_pool_grad(x1, x2, np.ones_like(x2), (1, 2, 2, 1), (1, 2, 2, 1), "VALID",
+                                            check_orig_output=True))
+    if "np.float32(" in repr(f32(1)):          # NumPy >= 2 spells scalars this way; 1.x prints the bare value
+        assert msg in text, msg
