@@ -17,7 +17,7 @@ from .errors import ParamInvalidError
 from .geometry import PoolGeometry, logical_shape, to_nchw
 from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
 from .planning import channel_inner, threads_for
-from .validation import check_no_overlap, parse_index_dtype, prepare_out
+from .validation import check_allocatable, check_no_overlap, parse_index_dtype, prepare_out
 
 __all__ = ["ArgmaxPlan", "ScatterBackwardPlan", "UniformArgmax", "uniform_argmax"]
 
@@ -42,6 +42,7 @@ class ArgmaxPlan:
         self.idt, self.it = parse_index_dtype(index_dtype, x4.shape[2] * x4.shape[3])
         self.dt, self.layout, self.windows, self.step, self.uniform = dt, layout, windows, step, uniform
         self.shape = logical_shape(x, layout, x4.shape[1], *out_hw)
+        check_allocatable(self.shape, "x", f"the output of x of shape {x.shape}")
         self.order = OutputLayout(x, self.shape)
         self.nthreads = nthreads
         self.tables: tuple | None = None

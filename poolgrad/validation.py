@@ -26,6 +26,7 @@ __all__ = [
     "check_rank", "parse_layout", "parse_bool", "as_int", "parse_pair", "parse_stride", "parse_output_size",
     "parse_divisor", "parse_cube_math_type", "CUBE_MATH_TYPES", "parse_tf_window", "parse_tf_padding",
     "parse_pool", "check_input", "check_grad_like", "check_indices", "prepare_out", "check_no_overlap",
+    "check_allocatable",
 ]
 
 # Parameters (kernel sizes, strides, paddings, dilations, output sizes) above this are refused: every product the
@@ -375,6 +376,16 @@ def prepare_out(out: Any, x: np.ndarray, inputs: Sequence[tuple[str, np.ndarray]
         raise ParamInvalidError(f"{name}: expected a writeable array, got a read-only one")
     check_no_overlap(out, inputs, name, allow_same)
     return out
+
+
+def check_allocatable(shape: Sequence[int], name: str, what: str) -> None:
+    """An output of ``shape`` must be addressable at all (its byte size fits in a signed 64-bit index): beyond
+    that NumPy raises its own ``ValueError`` without a code.  Merely huge outputs fail later with MemoryError."""
+    count = 1
+    for n in shape:
+        count *= int(n)
+    if count * 8 > np.iinfo(np.intp).max:
+        raise ParamInvalidError(f"{name}: {what} would have shape {tuple(shape)}, too large to allocate")
 
 
 def check_no_overlap(out: np.ndarray, inputs: Sequence[tuple[str, np.ndarray]], name: str = "out",

@@ -81,3 +81,11 @@ def test_output_size_forms_and_errors():
     bad[0, 1, 2, 0] = 48
     with pytest.raises(pg.ParamInvalidError, match=r"n=0, c=1, oh=2, ow=0"):
         pg.adaptive_max_pool2d_backward(y, x, bad)
+
+
+def test_unaddressable_output_size_is_a_parameter_error():
+    """An output whose byte size cannot even be indexed is refused with 161002, not NumPy's bare ValueError."""
+    x = np.zeros((1, 1, 1, 1), np.float32)
+    with pytest.raises(pg.ParamInvalidError, match="too large") as info:
+        pg.adaptive_max_pool2d(x, (2 ** 31 - 1, 2 ** 31 - 1))
+    assert info.value.code == 161002
