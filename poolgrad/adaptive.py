@@ -36,7 +36,9 @@ def adaptive_max_pool2d(x: Any, output_size: int | Sequence[int | None], *, layo
         (Ho, Wo); None keeps the input size along that axis.  May exceed the input size.
     layout : {"NCHW", "NHWC"}
     index_dtype : int32 or int64
+        dtype of the returned indices (int32 only when H*W fits in it).
     num_threads : int, optional
+        OpenMP threads; default ``omp_get_max_threads()`` at call time.
         OpenMP threads; default ``omp_get_max_threads()`` at call time.
 
     Returns
@@ -82,6 +84,7 @@ def adaptive_max_pool2d_backward(grad_output: Any, x: Any, indices: Any, *, layo
     deterministic : bool, optional
         True: atomic-free, bitwise identical for every thread count; None: the process-wide setting.
     num_threads : int, optional
+        OpenMP threads; default ``omp_get_max_threads()`` at call time.
 
     Returns
     -------

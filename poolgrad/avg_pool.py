@@ -278,7 +278,7 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         of ``x``, any strides.
     x : array_like
         The forward input.  Only its shape, dtype and memory order are used; its values are not read.
-    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layout
+    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
         As for :func:`avg_pool2d`.
     cube_math_type : int
         CANN's matrix-unit precision, emulated on the CPU.  0 KEEP_DTYPE: ``grad_output / divisor`` (a true
@@ -288,6 +288,8 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         float32.  2 USE_FP16: ``grad_output`` and ``1/divisor`` (computed in the accumulation type) are rounded
         to float16 (once, also from float64) and multiplied and summed in the accumulation type; not for
         bfloat16.  Any other value is an error.
+    layout : {"NCHW", "NHWC"}
+        As for :func:`avg_pool2d`.
     out : ndarray, optional
         Writeable array of ``x``'s shape and dtype that overlaps neither input; returned.
     deterministic : bool, optional

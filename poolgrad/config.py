@@ -36,7 +36,13 @@ def set_deterministic(flag: bool) -> None:
 
 
 def is_deterministic() -> bool:
-    """Return the process-wide default used when a call passes ``deterministic=None``."""
+    """Return the process-wide default used when a call passes ``deterministic=None``.
+
+    Returns
+    -------
+    bool
+        The current default (False unless :func:`set_deterministic` or :func:`deterministic` changed it).
+    """
     return _deterministic
 
 
@@ -48,6 +54,11 @@ def deterministic(flag: bool = True) -> Iterator[None]:
     ----------
     flag : bool, default True
         The setting inside the ``with`` block.
+
+    Yields
+    ------
+    None
+        Control returns to the ``with`` block with the setting in force.
     """
     global _deterministic
     value = parse_bool(flag, "flag")
@@ -103,7 +114,13 @@ def set_buffer_cache_limit(nbytes: int) -> None:
 
 
 def get_config() -> dict:
-    """Return the build and runtime configuration as a dict (see :func:`show_config`)."""
+    """Return the build and runtime configuration (see :func:`show_config`).
+
+    Returns
+    -------
+    dict
+        OpenMP and build flags, thread counts, the vector variants in use, the buffer-cache limit, versions.
+    """
     path = os.path.join(os.path.dirname(__file__), "_build_config.json")
     try:
         with open(path) as fh:

@@ -151,8 +151,13 @@ def buffer_cache_limit() -> int:
 
 
 def buffer_cache_info() -> dict:
-    """Counters of the block cache: ``limit``, ``blocks``, ``bytes`` (tracked), ``free_bytes``, ``hits``,
-    ``misses``."""
+    """Counters of the block cache.
+
+    Returns
+    -------
+    dict
+        ``limit``, ``blocks``, ``bytes`` (tracked), ``free_bytes``, ``hits``, ``misses``.
+    """
     with _lock:
         return {"limit": _limit, "blocks": len(_blocks), "bytes": _tracked(),
                 "free_bytes": sum(b.size for b in _blocks if b.free()), **_stats}
