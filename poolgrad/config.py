@@ -80,6 +80,9 @@ def resolve_deterministic(value: object) -> bool:
     return parse_bool(value, "deterministic")
 
 
+MAX_THREADS = 4096
+
+
 def resolve_num_threads(value: object) -> int:
     """Per-call ``num_threads=`` argument.
 
@@ -94,7 +97,9 @@ def resolve_num_threads(value: object) -> int:
         raise ParamInvalidError(f"num_threads: expected None or a positive int, got {n}")
     if not _config.openmp_enabled():
         return 1
-    return min(n, 4096)
+    # A safety bound, not a tuning: plans allocate scratch rows per thread, so num_threads=10**9 must not
+    # allocate 10**9 rows, and no machine this library targets has more hardware threads than this.
+    return min(n, MAX_THREADS)
 
 
 def set_buffer_cache_limit(nbytes: int) -> None:

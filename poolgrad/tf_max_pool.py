@@ -42,7 +42,7 @@ IntSeq4 = Sequence[int]
 _FWD, _BWD = OP_IDS["max_pool"], OP_IDS["max_pool_grad"]
 
 # Aim for at least this many work items (image or plane bands) per thread, for balance.
-ITEMS_PER_THREAD = 4
+TF_ITEMS_PER_THREAD = 4
 # Channels-last inputs with fewer channels than this take the composed gradient (_run_grad_composed): the fused
 # kernel's channel vectors do not fill there.  Measured on 1x1024x1024x3 k3s1 SAME: 14.8 -> 8.1 ms at 1 thread,
 # 8.0 -> 4.5 ms at 2; with 16 channels the fused kernel was faster (1.1 against 1.4 ms on 8x112x112x16 k3s2).
@@ -143,8 +143,8 @@ class _Pool:
             Ho = self.out_hw[0]
             units = N if channel else N * C
             nparts = 1
-            if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
-                nparts = min(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+            if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
+                nparts = min(Ho, -(-TF_ITEMS_PER_THREAD * nthreads // units))
             part = (np.arange(nparts + 1, dtype=np.int64) * Ho) // nparts
             threads = min(nthreads, units * nparts)
             win_h = int(np.max(self.hhi - self.hlo))
@@ -365,8 +365,8 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
     units = N if channel else N * C
     row_elems = W * (C if channel else 1)
     nb = 1
-    if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
-        nb = -(-ITEMS_PER_THREAD * nthreads // units)
+    if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
+        nb = -(-TF_ITEMS_PER_THREAD * nthreads // units)
         nb = max(1, min(nb, int(H // (MIN_BAND_WINDOWS * win_h))))
     acc = np.float64 if pool.dt == "f64" else np.float32
     cap_rows = max(1, RING_BUDGET // (np.dtype(acc).itemsize * row_elems))

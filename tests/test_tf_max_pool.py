@@ -171,7 +171,7 @@ def test_planning_limits(monkeypatch):
     for data_format in ("NHWC", "NCHW"):
         want = _grad(x4, g4, cfg, data_format, num_threads=3)
         _assert_close_to_ref(want, gx_ref, np.float32)
-        for name, value in (("STREAM_BYTES", 0), ("RING_BUDGET", 1), ("RING_INT32", 1), ("ITEMS_PER_THREAD", 50),
+        for name, value in (("STREAM_BYTES", 0), ("RING_BUDGET", 1), ("RING_INT32", 1), ("TF_ITEMS_PER_THREAD", 50),
                             ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False)):
             with monkeypatch.context() as m:
                 m.setattr(tf_max_pool, name, value)
