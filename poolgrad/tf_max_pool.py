@@ -93,6 +93,11 @@ class _Pool:
         # rebound copy: a plan's calls all have x's shape, strides and flags (see plans.py).
         self.memo: dict[str, Any] = {}
 
+    def forget_data(self) -> None:
+        """Drop the arrays of the call that built this pool: a cached plan keeps the pool, and must not keep a
+        caller's (possibly huge, possibly recycled) input alive."""
+        self.x = self.x4 = None
+
     def rebind(self, x: np.ndarray) -> "_Pool":
         """This pool for another x of the same shape, strides and flags (a plan's later calls)."""
         pool = copy.copy(self)
@@ -210,7 +215,9 @@ def _plan_forward(x: Any, ksize: Any, strides: Any, padding: Any, data_format: A
                   ) -> tuple[Any, tuple]:
     pool = _Pool(x, ksize, strides, padding, data_format, "x")
     nthreads = resolve_num_threads(num_threads)
-    return (lambda x: pool.rebind(x).forward(nthreads)), (pool.x,)
+    x = pool.x
+    pool.forget_data()
+    return (lambda x: pool.rebind(x).forward(nthreads)), (x,)
 
 
 def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes,
@@ -284,6 +291,7 @@ def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, paddin
     if out is not None:
         prepare_out(out, x1, [("x1", x1), ("x2", x2), ("grad", grad)])
     order = OutputLayout(x1, x1.shape)
+    pool.forget_data()
 
     def run(x1: np.ndarray, x2: np.ndarray, grad: np.ndarray, out: Any) -> np.ndarray:
         if out is None:
