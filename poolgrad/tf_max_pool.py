@@ -17,7 +17,6 @@ Both functions run the kernels of ``_tf_max_pool.pyx`` (see its docstring for th
 """
 from __future__ import annotations
 
-import copy
 from typing import Any, Sequence
 
 import numpy as np
@@ -72,8 +71,9 @@ class _Pool:
         self.ksize = parse_tf_window(ksize, "ksize", self.data_format)
         self.strides = parse_tf_window(strides, "strides", self.data_format)
         self.padding = parse_tf_padding(padding)
-        self.x = x
-        self.x4 = x4 = to_nchw(x, self.data_format)
+        self.x = x                              # the validated input of the planning call (see forget_data)
+        self.shape, self.dtype = x.shape, x.dtype
+        x4 = to_nchw(x, self.data_format)
         N, C, H, W = x4.shape
         if 0 in (C, H, W):
             raise ParamInvalidError(f"{name}: expected non-zero C, H and W, got shape {x.shape} "
@@ -94,24 +94,17 @@ class _Pool:
         self.memo: dict[str, Any] = {}
 
     def forget_data(self) -> None:
-        """Drop the arrays of the call that built this pool: a cached plan keeps the pool, and must not keep a
-        caller's (possibly huge, possibly recycled) input alive."""
-        self.x = self.x4 = None
-
-    def rebind(self, x: np.ndarray) -> "_Pool":
-        """This pool for another x of the same shape, strides and flags (a plan's later calls)."""
-        pool = copy.copy(self)
-        pool.x = x
-        pool.x4 = to_nchw(x, self.data_format)
-        return pool
+        """Drop the array of the call that built this pool: a cached plan keeps the pool, and must not keep a
+        caller's (possibly huge, possibly recycled) input alive.  Every later use passes x explicitly."""
+        self.x = None
 
     def describe(self) -> str:
         return (f"ksize (H, W) = {self.ksize}, strides (H, W) = {self.strides}, padding={self.padding!r}, "
                 f"data_format={self.data_format!r}")
 
-    def kernel_x(self) -> tuple[np.ndarray, bool]:
-        """x as the kernels read it, and whether the channels-last kernels apply (C unit-strided in memory)."""
-        x4 = self.x4
+    def kernel_x(self, x4: np.ndarray) -> tuple[np.ndarray, bool]:
+        """x (a logical-NCHW view) as the kernels read it, and whether the channels-last kernels apply (C
+        unit-strided in memory)."""
         friendly = self.memo.get("x friendly")
         if friendly is None:
             friendly = self.memo["x friendly"] = kernel_friendly(x4)
@@ -133,15 +126,16 @@ class _Pool:
         ow_a, ow_b = (int(full[0]), int(full[-1]) + 1) if full.size else (0, 0)
         return VECTOR_PLANE and ow_b > ow_a and ring_elems < RING_INT32, ow_a, ow_b, sw, kw, pw
 
-    def forward(self, nthreads: int) -> np.ndarray:
-        """Window maxima, in x's memory order (the spec's NaN rule)."""
+    def forward(self, x: np.ndarray, nthreads: int) -> np.ndarray:
+        """Window maxima of ``x`` (this pool's shape, strides and flags), in x's memory order (the spec's NaN
+        rule)."""
         order = self.memo.get("y")
         if order is None:
-            order = self.memo["y"] = OutputLayout(self.x, self.out_shape)
-        y = order.empty(self.x.dtype)
-        if self.x.shape[0] == 0:
+            order = self.memo["y"] = OutputLayout(x, self.out_shape)
+        y = order.empty(x.dtype)
+        if x.shape[0] == 0:
             return y
-        x4, channel = self.kernel_x()
+        x4, channel = self.kernel_x(to_nchw(x, self.data_format))
         plan = self.memo.get(("forward", nthreads))
         if plan is None:
             N, C, H, W = x4.shape
@@ -164,11 +158,11 @@ class _Pool:
 def _check_like_output(arr: Any, name: str, pool: _Pool) -> np.ndarray:
     arr = as_array(arr, name)
     check_rank(arr, name, (4,))
-    if arr.dtype != pool.x.dtype:
-        raise ParamInvalidError(f"{name}: expected dtype {pool.x.dtype} (the dtype of x1), got {arr.dtype}")
+    if arr.dtype != pool.dtype:
+        raise ParamInvalidError(f"{name}: expected dtype {pool.dtype} (the dtype of x1), got {arr.dtype}")
     if arr.shape != pool.out_shape:
         raise ParamInvalidError(f"{name}: expected shape {pool.out_shape} for {pool.describe()} and x1 of shape "
-                                f"{pool.x.shape}, got {arr.shape}")
+                                f"{pool.shape}, got {arr.shape}")
     return arr
 
 
@@ -217,7 +211,7 @@ def _plan_forward(x: Any, ksize: Any, strides: Any, padding: Any, data_format: A
     nthreads = resolve_num_threads(num_threads)
     x = pool.x
     pool.forget_data()
-    return (lambda x: pool.rebind(x).forward(nthreads)), (x,)
+    return (lambda x: pool.forward(x, nthreads)), (x,)
 
 
 def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes,
@@ -301,17 +295,17 @@ def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, paddin
             gx = out
         if x1.shape[0] == 0:
             return gx
-        bound = pool.rebind(x1)
+        fmt = pool.data_format
         if check:
-            _check_orig_output(bound, x2, nthreads)
-        _run_grad(bound, to_nchw(grad, bound.data_format), to_nchw(gx, bound.data_format), nthreads)
+            _check_orig_output(pool, x1, x2, nthreads)
+        _run_grad(pool, to_nchw(x1, fmt), to_nchw(grad, fmt), to_nchw(gx, fmt), nthreads)
         return gx
 
     return run, (x1, x2, grad, out)
 
 
-def _check_orig_output(pool: _Pool, x2: np.ndarray, nthreads: int) -> None:
-    y = pool.forward(nthreads)
+def _check_orig_output(pool: _Pool, x1: np.ndarray, x2: np.ndarray, nthreads: int) -> None:
+    y = pool.forward(x1, nthreads)
     a = x2.astype(np.float32) if x2.dtype.itemsize == 2 else x2      # exact widening of the 16-bit types
     b = y.astype(np.float32) if y.dtype.itemsize == 2 else y
     bad = ~((a == b) | (np.isnan(a) & np.isnan(b)))
@@ -324,11 +318,11 @@ def _check_orig_output(pool: _Pool, x2: np.ndarray, nthreads: int) -> None:
             f"{y[idx]!r} at position ({where})")
 
 
-def _run_grad_composed(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> bool:
+def _run_grad_composed(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> bool:
     """Channels-last input with few channels: the argmax by the vectorised PyTorch-style forward (indices
     only), then the banded scatter of max pooling.  Both sum every cell's contributions in output row-major
     order, so the result has the same bits as the fused kernel's.  False if the forward does not apply."""
-    x4 = kernel_input(pool.x4)
+    x4 = kernel_input(x4)
     N, C, H, W = x4.shape
     it = "i32" if H * W <= np.iinfo(np.int32).max else "i64"
     ind4 = alloc_like_order(x4, (N, C) + pool.out_hw, np.int32 if it == "i32" else np.int64)
@@ -344,14 +338,20 @@ def _run_grad_composed(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: i
     return True
 
 
-def _run_grad(pool: _Pool, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> None:
+def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> None:
     """Plan bands and rings (once per pool shape, see ``_Pool.memo``), prepare kernel-friendly views, run the
     fused kernel."""
-    if channel_inner(pool.x4) and pool.x4.shape[1] < COMPOSE_MAX_C and _run_grad_composed(pool, g4, gx4, nthreads):
+    if (channel_inner(x4) and x4.shape[1] < COMPOSE_MAX_C
+            and _run_grad_composed(pool, x4, g4, gx4, nthreads)):
         return
-    x4, channel = pool.kernel_x()
-    g4 = kernel_input(g4)
-    target = kernel_output(gx4, dense_hw=False)
+    x4, channel = pool.kernel_x(x4)
+    direct = pool.memo.get("grad direct")
+    if direct is None:
+        # which arrays the kernel addresses directly is fixed by the call key (strides, alignment flags)
+        direct = pool.memo["grad direct"] = (kernel_friendly(g4), kernel_output(gx4, dense_hw=False) is gx4)
+    if not direct[0]:
+        g4 = kernel_input(g4)
+    target = gx4 if direct[1] else kernel_output(gx4, dense_hw=False)
     plan = pool.memo.get(("grad", nthreads))
     if plan is None:
         plan = pool.memo[("grad", nthreads)] = _plan_grad(pool, x4, channel, target, nthreads)
