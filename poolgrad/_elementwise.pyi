@@ -1,4 +1,4 @@
-"""Type stub of the compiled module ``poolgrad._elementwise`` (built from the Tempita template ``_elementwise.pyx.in``).
+"""Type stub of the compiled module ``poolgrad._elementwise`` (built from the template ``_elementwise.pyx.in``).
 
 The kernel entry points are internal (the typed public functions in the Python modules call them) and their
 argument lists change with the kernels, so they are typed as ``Any`` here rather than kept in a second copy

@@ -1,4 +1,4 @@
-"""Type stub of the compiled module ``poolgrad._max_pool_indices`` (built from the Tempita template ``_max_pool_indices.pyx.in``).
+"""Type stub of the compiled module ``poolgrad._max_pool_indices`` (from the template ``_max_pool_indices.pyx.in``).
 
 The kernel entry points are internal (the typed public functions in the Python modules call them) and their
 argument lists change with the kernels, so they are typed as ``Any`` here rather than kept in a second copy

@@ -97,8 +97,8 @@ def _copy_python_package(dst: Path) -> Path:
 # own tree when the package's folder lacks it; the copy under test must be imported alone.
 _WITHOUT_EDITABLE_HOOKS = (
     "import sys\n"
-    "sys.meta_path[:] = [f for f in sys.meta_path\n"
-    "                    if not (f.__module__ if isinstance(f, type) else type(f).__module__).startswith('__editable__')]\n"
+    "def origin(f): return f.__module__ if isinstance(f, type) else type(f).__module__\n"
+    "sys.meta_path[:] = [f for f in sys.meta_path if not origin(f).startswith('__editable__')]\n"
     "import poolgrad\n")
 
 
