@@ -1,0 +1,9 @@
+"""Type stub of the compiled module ``poolgrad._elementwise`` (built from the template ``_elementwise.pyx.in``).
+
+The kernel entry points are internal (the typed public functions in the Python modules call them) and their
+argument lists change with the kernels, so they are typed as ``Any`` here rather than kept in a second copy
+that would go stale; the few attributes the Python side reads for configuration are typed.
+"""
+from typing import Any
+
+def __getattr__(name: str) -> Any: ...
