@@ -23,8 +23,9 @@ IntOrPair = int | Sequence[int]
 #: ``cube_math_type`` values (CANN's names).
 CUBE_MATH_TYPES = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16", 3: "USE_HF32"}
 
-# How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in).
-_MODE_DIV, _MODE_MUL, _MODE_HF32, _MODE_F16 = 0, 1, 2, 3
+# How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in), numbered as
+# cube_math_type: 0 grad / divisor, 2 round_f16(grad) * mult, 3 round_hf32(grad) * mult.
+_MODE_KEEP, _MODE_FP16, _MODE_HF32 = 0, 2, 3
 
 _INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
 
@@ -87,15 +88,17 @@ class _AvgParams:
 
 
 def _acc_dtype(dt: str) -> np.dtype:
-    return np.dtype(np.float64 if dt == "f64" else np.float32)
+    """float32 for float32; float64 for float64 and the 16-bit types (whose results are then the float64 result
+    rounded once, see src_c/pg_avg.h)."""
+    return np.dtype(np.float32 if dt == "f32" else np.float64)
 
 
 def _kernel_mode(cube: int, dt: str) -> int:
     if cube in (1, 3) and dt == "f32":
         return _MODE_HF32
     if cube == 2:
-        return _MODE_MUL if dt == "f16" else _MODE_F16  # float16 grad_output is already float16
-    return _MODE_DIV                                     # KEEP_DTYPE, or mode 1 on non-float32 input
+        return _MODE_FP16
+    return _MODE_KEEP                                    # KEEP_DTYPE, or mode 1 on non-float32 input
 
 
 @functools.lru_cache(maxsize=64)
@@ -132,6 +135,19 @@ def _divisors(key: tuple, acc: str) -> tuple[np.ndarray, np.ndarray]:
     dw = _axis_divisor(W, Wo, kw, sw, pw, lo_w, hi_w, cip)
     rows, hidx = np.unique(dh, return_inverse=True)
     return read_only((rows[:, None] * dw[None, :]).astype(acc), hidx.reshape(-1).astype(np.int64))
+
+
+@functools.lru_cache(maxsize=64)
+def _uniform_divisor(key: tuple) -> float:
+    """The divisor shared by every output window (as float64), or 0.0 when they differ.
+
+    With one divisor, the 16-bit backward sums ``grad_output`` first and divides each cell once (``x / d``
+    correctly rounded): the float16 sum is exact, so a cell whose exact value is a rounding tie of the type (1.8%
+    of the cells of a k3s1 float16 backward on random normal gradients, measured) is one in float64 too and
+    rounds to even, where dividing every term first would land it at random on either side."""
+    table = _divisors(key, "d")[0]
+    first = float(table.flat[0])
+    return first if np.all(table == first) else 0.0
 
 
 def _cover(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -173,17 +189,18 @@ def _column_gather(k: int, s: int, Wo: int) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def _backward_tables(key: tuple, acc: str, mode: int, channels: int, gather: bool) -> tuple:
-    """Every table the backward kernel reads, for one geometry: divisors or multipliers (repeated over
-    ``channels`` when that is > 1), row covers, column covers, column phases (none when ``gather``) and the t
-    row's margins."""
+def _backward_tables(key: tuple, acc: str, recip: str, mode: int, channels: int, gather: bool) -> tuple:
+    """Every table the backward kernel reads, for one geometry: divisors or multipliers (``1/divisor`` computed
+    in ``recip``, then rounded, stored in ``acc``; repeated over ``channels`` when that is > 1), row covers,
+    column covers, column phases (none when ``gather``) and the t row's margins."""
     (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw) = key[:5]
     lo_h, hi_h, lo_w, hi_w = _windows(key)
     divisors, hidx = _divisors(key, acc)
     dv = divisors
-    if mode != _MODE_DIV:  # 1/divisor in the accumulation type, rounded to HF32 or (once) to float16
-        recip = divisors.dtype.type(1) / divisors
-        dv = round_hf32(recip) if mode == _MODE_HF32 else recip.astype(np.float16).astype(acc)
+    if mode != _MODE_KEEP:  # 1/divisor in ``recip``, rounded to HF32 or (once) to float16
+        rdiv = _divisors(key, recip)[0]
+        mult = rdiv.dtype.type(1) / rdiv
+        dv = (round_hf32(mult) if mode == _MODE_HF32 else mult.astype(np.float16)).astype(acc)
     if channels > 1:  # one value per (ow, c)
         dv = np.repeat(dv, channels, axis=1)
     clo_h, chi_h = _cover(lo_h, hi_h, H)
@@ -228,7 +245,8 @@ def avg_pool2d(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None, 
     -------
     ndarray
         The window averages, dtype of ``x``, same memory order as ``x``.  Each window is summed row by row, then
-        column by column (in the accumulation type: float32 for 16-bit inputs, rounded once), then divided.
+        column by column, then divided, in the accumulation type: float64 for float16 and bfloat16 inputs, whose
+        results are the float64 average rounded once to the type.
     """
     x, layout, dt = check_input(x, layout)
     x4 = to_nchw(x, layout)
@@ -248,7 +266,8 @@ def avg_pool2d(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None, 
     lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
     nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), nthreads)
     g_off = _round_up(W * cs)
-    scratch = thread_rows(nthreads, g_off + _round_up(cs), acc)
+    # G: one channel vector (channels-last) or, for the 16-bit types, one row of Wo quotients
+    scratch = thread_rows(nthreads, g_off + _round_up(max(cs, Wo)), acc)
     _avg_pool.forward(dt, xk, y4, dv, hidx, lo_h, hi_h, lo_w, hi_w, channel, scratch, g_off, nthreads)
     return y
 
@@ -278,9 +297,9 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         division) in the accumulation type.  1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: for float32 input,
         ``grad_output`` and the multiplier ``1/divisor`` (computed in float32) are rounded to HF32 (11 mantissa
         bits, nearest-even) and multiplied in float32; mode 1 leaves other dtypes as mode 0; mode 3 accepts only
-        float32.  2 USE_FP16: ``grad_output`` and ``1/divisor`` (computed in the accumulation type) are rounded
-        to float16 (once, also from float64) and multiplied and summed in the accumulation type; not for
-        bfloat16.  Any other value is an error.
+        float32.  2 USE_FP16: ``grad_output`` and ``1/divisor`` (computed in float32, in float64 for float64
+        input) are rounded to float16 (once, also from float64) and multiplied and summed in the accumulation
+        type; not for bfloat16.  Any other value is an error.
     out : ndarray, optional
         Writeable array of ``x``'s shape and dtype that overlaps neither input; returned.
     deterministic : bool, optional
@@ -296,7 +315,8 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         ``grad_x``: shape, dtype and (by default) memory order of ``x``.  Each cell is
         ``0 + sum over covering output rows oh (ascending) of (0 + sum over covering output columns ow
         (ascending) of t[oh, ow])`` with ``t = grad_output / divisor`` (``-0`` sums to ``+0``), accumulated in
-        float32 for 16-bit types (rounded once) and in the input type otherwise.
+        float64 for 16-bit types (each result the float64 sum rounded once to the type) and in the input type
+        otherwise.
     """
     x, layout, dt = check_input(x, layout)
     x4 = to_nchw(x, layout)
@@ -331,7 +351,10 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     acc = _acc_dtype(dt)
     gather = _column_gather(ap.kernel[1], ap.stride[1], Wo)
     dv_rep = cs > 1 and _divisors(ap.key(), acc.char)[0].size * cs <= DV_REPEAT_MAX
-    tables = _backward_tables(ap.key(), acc.char, mode, cs if dv_rep else 1, gather)
+    # cube_math_type 2 (and 1/3) keep their documented rounding point: 1/divisor computed in float32 for every
+    # type but float64, also for the 16-bit types that now accumulate in float64
+    recip = "d" if dt == "f64" else "f"
+    tables = _backward_tables(ap.key(), acc.char, recip, mode, cs if dv_rep else 1, gather)
     dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, left, right = tables
     nb = 1
     if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
@@ -344,5 +367,5 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     scratch = thread_rows(nthreads, int(offsets[-1]), acc)
     stream = gx4.nbytes >= STREAM_MIN_BYTES
     _avg_pool.backward(dt, gx4, go4, dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part,
-                       ap.stride[1], left, mode, channel, cap, stream, dv_rep, scratch, offsets[:4].copy(),
-                       nthreads)
+                       ap.stride[1], left, mode, channel, cap, stream, dv_rep, _uniform_divisor(ap.key()),
+                       scratch, offsets[:4].copy(), nthreads)

@@ -226,7 +226,7 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
                 got = avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=3)
                 assert got.tobytes() == base.tobytes(), (stream_min, _avg_pool.simd())
     finally:
-        _avg_pool.set_simd(previous == "avx2")
+        _avg_pool.set_simd(previous != "baseline")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
