@@ -9,8 +9,8 @@ from .config import threads_for
 from .errors import ParamInvalidError
 from .params import split_evenly, thread_rows
 
-# Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
-# 16-bit types: 4 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
+# Most grad_x elements one deterministic work item owns (and so the float64 scratch one thread needs for the
+# 16-bit types: 8 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
 # whose windows straddle its edges, and on channels-last 112x112x64 images 64 Ki-element bands cost twice the
 # time of whole-image bands (measured), while keeping a band in L2 bought nothing measurable.
 BAND_MAX = 1 << 20
@@ -67,9 +67,10 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
         band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
         rows = int(np.max(np.diff(part)))
-        # 16-bit: one more output row per thread, where a contiguous grad_output row is widened at once
+        # 16-bit: a float64 band (two float32 slots per cell: correctly rounded sums, see the kernel), then one
+        # output row per thread, where a contiguous grad_output row is widened at once
         widen = go4.shape[3] * (C if channel else 1) if narrow else 0
-        scratch = thread_rows(nthreads, rows * row_elems + widen, np.float32) if narrow else \
+        scratch = thread_rows(nthreads, 2 * rows * row_elems + widen, np.float32) if narrow else \
             np.empty((1, 1), np.float32)
     flags = np.zeros(units * (len(part) - 1), np.int8)
     # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
@@ -82,7 +83,7 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     if empty_window or flags.any():
         # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
         # plane exactly and deterministically, range-checking as we go.
-        scratch = thread_rows(nthreads, H * W, np.float32) if narrow else np.empty((1, 1), np.float32)
+        scratch = thread_rows(nthreads, 2 * H * W, np.float32) if narrow else np.empty((1, 1), np.float32)
         badpos = np.empty(N * C, np.int64)
         _max_pool_indices.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
         bad = np.flatnonzero(badpos >= 0)

@@ -492,4 +492,11 @@ static inline void pg_avg_divst_##S(uint16_t *o, const double *a, double q, Py_s
 PG_AVG_ENTRY16(f16)
 PG_AVG_ENTRY16(bf16)
 
+/* Rows of float64 sums rounded once to float16 / bfloat16 (the max-pooling scatter's float64 bands).  A module
+ * that calls them sets its own pg_avg_simd from pg_avg_simd_available() at import (the variable is static). */
+static inline void pg_f64_to_f16_row(uint16_t *dst, const double *src, Py_ssize_t n)
+{ pg_avg_sumst_f16(dst, src, NULL, NULL, 0.0, n); }
+static inline void pg_f64_to_bf16_row(uint16_t *dst, const double *src, Py_ssize_t n)
+{ pg_avg_sumst_bf16(dst, src, NULL, NULL, 0.0, n); }
+
 #endif
