@@ -45,7 +45,8 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     units = N if channel else N * C                 # independent planes (or images, channels-last)
     row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
     narrow = dt in ("f16", "bf16")
-    nb = -(-H * row_elems // BAND_MAX)
+    # 16-bit bands are float64: half as many cells keep the band's bytes (and its cache footprint) unchanged
+    nb = -(-H * row_elems // (BAND_MAX // 2 if narrow else BAND_MAX))
     if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
         nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
         # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
