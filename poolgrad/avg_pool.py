@@ -34,8 +34,15 @@ _INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
 # hold up the others for long).
 ITEMS_PER_THREAD = 8
 # grad_x at least this big is written with streaming stores (it would not stay in cache anyway, and a streaming
-# store does not first read the line it writes).
+# store does not first read the line it writes) - but only where every row is a whole number of cache lines (at
+# a row stride of whole lines) and at least STREAM_MIN_ROW_BYTES long.  Streaming a partial line costs a partial-line write: measured here (float32
+# backward, 1 thread, out= preallocated, streamed / cached time per element, median of 5 interleaved rounds):
+# 14-float rows (32x512x14x14) 9.7x, 56-float rows 7.2x, 112 floats (448 B, not whole lines) 1.56x, and even
+# aligned whole-line rows lose until they are long: 128 B 1.31x, 512 B 2.3x, 1 KiB 1.21x, 4 KiB 0.88x.  Before
+# this rule, avg_pool2d_backward on 512x14x14 planes jumped from 1.7-2.3 to 12-13 ns per element between batch
+# 20 and 24 (issue 8).
 STREAM_MIN_BYTES = 8 << 20
+STREAM_MIN_ROW_BYTES = 4096
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
 DV_REPEAT_MAX = 1 << 20
@@ -213,6 +220,16 @@ def _backward_tables(key: tuple, acc: str, recip: str, mode: int, channels: int,
     return read_only(dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o) + (left, right)
 
 
+def _whole_line_rows(gx4: np.ndarray, row_elems: int) -> bool:
+    """Every grad_x row (``row_elems`` contiguous values) is a whole number of 64-byte cache lines, at least
+    STREAM_MIN_ROW_BYTES long, at row strides of whole lines: the only rows streaming stores write faster (see
+    above).  The base address may be misaligned (NumPy's large zeroed arrays start 16 bytes into a line): that
+    leaves at most two partial lines in a row of 64 or more."""
+    nbytes = row_elems * gx4.itemsize
+    return (nbytes >= STREAM_MIN_ROW_BYTES and nbytes % 64 == 0
+            and all(st % 64 == 0 for st, n in zip(gx4.strides[:3], gx4.shape[:3]) if n > 1))
+
+
 def _round_up(n: int, m: int = 16) -> int:
     return -(-n // m) * m
 
@@ -365,7 +382,7 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs]  # Cs, Tp, G, U (16-bit row)
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
     scratch = thread_rows(nthreads, int(offsets[-1]), acc)
-    stream = gx4.nbytes >= STREAM_MIN_BYTES
+    stream = gx4.nbytes >= STREAM_MIN_BYTES and _whole_line_rows(gx4, W * cs)
     _avg_pool.backward(dt, gx4, go4, dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part,
                        ap.stride[1], left, mode, channel, cap, stream, dv_rep, _uniform_divisor(ap.key()),
                        scratch, offsets[:4].copy(), nthreads)

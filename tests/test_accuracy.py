@@ -388,3 +388,14 @@ def test_max_pooling_grad_copies_bits():
         got = pg.max_pooling_grad(dy, x, y)
         assert np.array_equal(got[1::2].view(np.uint16), dy[1::2].view(np.uint16))
         assert not np.any(got[::2].view(np.uint16))
+
+
+def test_streaming_stores_only_for_whole_aligned_long_rows():
+    """Streaming stores pay only on long rows of whole cache lines (measured; avg_pool.py): 14-float rows of a
+    big gradient are written through the cache, 1024-float rows are streamed."""
+    from poolgrad import avg_pool as avg_mod
+    short = np.zeros((32, 512, 14, 14), np.float32)
+    assert short.nbytes >= avg_mod.STREAM_MIN_BYTES and not avg_mod._whole_line_rows(short, 14)
+    long_rows = np.zeros((3, 1, 1024, 1024), np.float32)
+    assert avg_mod._whole_line_rows(long_rows, 1024)
+    assert not avg_mod._whole_line_rows(long_rows[:, :, :, 1:], 1023)
