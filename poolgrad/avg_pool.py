@@ -26,6 +26,12 @@ CUBE_MATH_TYPES = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16
 # How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in), numbered as
 # cube_math_type: 0 grad / divisor, 2 round_f16(grad) * mult, 3 round_hf32(grad) * mult.
 _MODE_KEEP, _MODE_FP16, _MODE_HF32 = 0, 2, 3
+# Kernel-internal, 16-bit cube_math_type 0 only: t = grad * (L / divisor), each cell's sum divided by L once.
+_MODE_SCALED = 4
+# L (the least common multiple of the divisors) below this: every L / divisor is an integer below 2^12, so each
+# t is exact, and where the float16 sum is exact too (always for one divisor: 40 bits of range plus at most 13
+# of count) the cell is correctly rounded: |exact - tie| >= 2^-41 / L relative, more than float64's 2^-53.
+SCALED_MAX_LCM = 1 << 12
 
 _INT64_MIN, _INT64_MAX = -2 ** 63, 2 ** 63 - 1
 
@@ -145,16 +151,25 @@ def _divisors(key: tuple, acc: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=64)
-def _uniform_divisor(key: tuple) -> float:
-    """The divisor shared by every output window (as float64), or 0.0 when they differ.
+def _common_multiple(key: tuple) -> int:
+    """L, the least common multiple of the divisors of every output window, or 0 when it reaches
+    SCALED_MAX_LCM.
 
-    With one divisor, the 16-bit backward sums ``grad_output`` first and divides each cell once (``x / d``
-    correctly rounded): the float16 sum is exact, so a cell whose exact value is a rounding tie of the type (1.8%
-    of the cells of a k3s1 float16 backward on random normal gradients, measured) is one in float64 too and
-    rounds to even, where dividing every term first would land it at random on either side."""
+    The 16-bit backward (cube_math_type 0) then sums ``grad_output * (L / divisor)`` - integers times 16-bit
+    values, exact - and divides each cell once by L (correctly rounded): a float16 sum is exact, so a cell whose
+    exact value is a rounding tie of the type (1.8% of the cells of a k3s1 float16 backward on random normal
+    gradients, measured) is one in float64 too and rounds to even, where dividing every term first lands it at
+    random on either side.  One divisor for every window (count_include_pad without ceil_mode clipping,
+    divisor_override) gives L = |divisor|."""
     table = _divisors(key, "d")[0]
-    first = float(table.flat[0])
-    return first if np.all(table == first) else 0.0
+    lcm = 1
+    for d in np.unique(np.abs(table)).astype(np.int64):
+        if d >= SCALED_MAX_LCM:
+            return 0
+        lcm = np.lcm(lcm, int(d))
+        if lcm >= SCALED_MAX_LCM:
+            return 0
+    return int(lcm)
 
 
 def _cover(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +219,9 @@ def _backward_tables(key: tuple, acc: str, recip: str, mode: int, channels: int,
     lo_h, hi_h, lo_w, hi_w = _windows(key)
     divisors, hidx = _divisors(key, acc)
     dv = divisors
-    if mode != _MODE_KEEP:  # 1/divisor in ``recip``, rounded to HF32 or (once) to float16
+    if mode == _MODE_SCALED:  # the integers L / divisor
+        dv = (_common_multiple(key) / divisors).astype(acc)
+    elif mode != _MODE_KEEP:  # 1/divisor in ``recip``, rounded to HF32 or (once) to float16
         rdiv = _divisors(key, recip)[0]
         mult = rdiv.dtype.type(1) / rdiv
         dv = (round_hf32(mult) if mode == _MODE_HF32 else mult.astype(np.float16)).astype(acc)
@@ -371,6 +388,9 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     # cube_math_type 2 (and 1/3) keep their documented rounding point: 1/divisor computed in float32 for every
     # type but float64, also for the 16-bit types that now accumulate in float64
     recip = "d" if dt == "f64" else "f"
+    lcm = _common_multiple(ap.key()) if mode == _MODE_KEEP and dt in ("f16", "bf16") else 0
+    if lcm and not np.all(_divisors(ap.key(), "d")[0] == lcm):
+        mode = _MODE_SCALED     # (one positive divisor for every window: t = grad, mode 0's fast row loops)
     tables = _backward_tables(ap.key(), acc.char, recip, mode, cs if dv_rep else 1, gather)
     dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, left, right = tables
     nb = 1
@@ -384,5 +404,5 @@ def _gather_backward(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, 
     scratch = thread_rows(nthreads, int(offsets[-1]), acc)
     stream = gx4.nbytes >= STREAM_MIN_BYTES and _whole_line_rows(gx4, W * cs)
     _avg_pool.backward(dt, gx4, go4, dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part,
-                       ap.stride[1], left, mode, channel, cap, stream, dv_rep, _uniform_divisor(ap.key()),
+                       ap.stride[1], left, mode, channel, cap, stream, dv_rep, float(lcm),
                        scratch, offsets[:4].copy(), nthreads)

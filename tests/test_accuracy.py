@@ -168,6 +168,29 @@ def _nchw(a: np.ndarray, layout: str) -> np.ndarray:
     return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
 
 
+def _avg_backward_exact(go: np.ndarray, c: dict) -> tuple[np.ndarray, int, np.ndarray, bool]:
+    """(numerators, denominator, float64 error bound per cell, strict) of the exact average backward."""
+    N, C, H, W = c["shape"]
+    dtype = go.dtype
+    wins = list(_avg_windows(c, H, W))
+    # exact: sum over covering outputs of G / d, over the common denominator L * 2^K
+    L = math.lcm(*[abs(d) for *_, d in wins])
+    G = to_ints(go)
+    num = np.zeros(c["shape"], object)
+    num[...] = 0
+    terms = np.zeros(c["shape"])
+    mag = np.zeros(c["shape"])
+    for oh, ow, (h0, h1, w0, w1), d in wins:
+        num[:, :, h0:h1, w0:w1] += (G[:, :, oh, ow] * (L // d))[:, :, None, None]
+        terms[:, :, h0:h1, w0:w1] += 1
+        mag[:, :, h0:h1, w0:w1] += np.abs(go[:, :, oh, ow].astype(np.float64) / d)[:, :, None, None]
+    # strict where the float16 sum is exact in float64 and divided once: one divisor for every window
+    strict = dtype == F16 and len({d for *_, d in wins}) == 1 and abs(wins[0][3]) < 2 ** 12
+    # float64 otherwise: each term rounded once (t = g / d, or g * (L / d) exactly), the sum of n terms n - 1
+    # times, the division once; every rounding at most u times the sum of magnitudes
+    return num, L << FORMATS[dtype][3], (terms + 2) * float(U64) * mag, strict
+
+
 @SETTINGS
 @given(avg_case())
 def test_avg_pool2d_backward_correctly_rounded(c):
@@ -180,22 +203,8 @@ def test_avg_pool2d_backward_correctly_rounded(c):
     x = _layout(np.zeros(c["shape"], dtype), c["layout"])
     got = _nchw(pg.avg_pool2d_backward(_layout(go, c["layout"]), x, c["k"], c["s"], c["p"], c["ceil"], c["cip"],
                                        c["div"], layout=c["layout"]), c["layout"])
-    # exact: sum over covering outputs of G / d, over the common denominator L * 2^K
-    L = math.lcm(*[abs(d) for *_, d in wins])
-    G = to_ints(go)
-    num = np.zeros(c["shape"], object)
-    num[...] = 0
-    terms = np.zeros(c["shape"])
-    mag = np.zeros(c["shape"])
-    for oh, ow, (h0, h1, w0, w1), d in wins:
-        num[:, :, h0:h1, w0:w1] += (G[:, :, oh, ow] * (L // d))[:, :, None, None]
-        terms[:, :, h0:h1, w0:w1] += 1
-        mag[:, :, h0:h1, w0:w1] += np.abs(go[:, :, oh, ow].astype(np.float64) / d)[:, :, None, None]
-    uniform = len({d for *_, d in wins}) == 1
-    strict = dtype == F16 and uniform and abs(wins[0][3]) < 2 ** 12
-    # float64: each t = g / d rounded once, then summed: (terms + 1) roundings of at most u * sum |t| each
-    bound = None if strict else (terms + 2) * float(U64) * mag
-    check_cells(got, num, L << FORMATS[dtype][3], bound, dtype, f"avg backward {c}")
+    num, den, bound, strict = _avg_backward_exact(go, c)
+    check_cells(got, num, den, None if strict else bound, dtype, f"avg backward {c}")
 
 
 @SETTINGS
@@ -222,18 +231,19 @@ def test_avg_pool2d_forward_correctly_rounded(c):
                     f"avg forward {c} at ({oh}, {ow})")
 
 
-def test_exact_ties_round_to_even():
-    """Issue 11's workload shape (k3 s1 p1, divisor 9): every cell right, the 1.8% that are exact ties too."""
+@pytest.mark.parametrize("cip,ceil", [(True, False), (False, False), (True, True)])
+def test_exact_ties_round_to_even(cip, ceil):
+    """Issue 11's workload shape (k3 s1 p1: divisor 9, or 4 / 6 / 9 without count_include_pad; k3 s2 with
+    ceil_mode: clipped last windows): every cell correctly rounded, also the ~1.8% whose exact value is a
+    rounding tie (the kernel sums grad * (L / divisor) and divides once by L)."""
     rng = np.random.default_rng(0)
+    c = dict(shape=(2, 3, 24, 23), k=(3, 3), s=(2, 2) if ceil else (1, 1), p=(1, 1), ceil=ceil, cip=cip, div=None)
+    wins = list(_avg_windows(c, 24, 23))
     for dtype in (F16, BF16):
-        go = values(rng, (2, 3, 24, 24), dtype, "normal")
-        got = pg.avg_pool2d_backward(go, np.zeros(go.shape, dtype), 3, 1, 1)
-        G = to_ints(go)
-        pad = np.zeros((2, 3, 26, 26), object)
-        pad[...] = 0
-        pad[:, :, 1:25, 1:25] = G
-        num = sum(pad[:, :, i:i + 24, j:j + 24] for i in range(3) for j in range(3))
-        check_cells(got, num, 9 << FORMATS[dtype][3], None, dtype, "k3s1p1")
+        go = values(rng, (2, 3, wins[-1][0] + 1, wins[-1][1] + 1), dtype, "normal")
+        got = pg.avg_pool2d_backward(go, np.zeros(c["shape"], dtype), 3, c["s"], 1, ceil, cip)
+        num, den, _, _ = _avg_backward_exact(go, c)
+        check_cells(got, num, den, None, dtype, f"k3 {c}")
 
 
 def test_round_to_odd_narrowing():
