@@ -430,8 +430,14 @@ PG_AVG_AVX512 static inline __m128i pg_avg_pack8_bf16(__m256i x) {
     __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
     __mmask8 nan = _mm256_cmpgt_epi32_mask(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
                                            _mm256_set1_epi32(0x7f800000));
-    r = _mm256_mask_blend_epi32(nan, r, q);
-    return _mm256_cvtepi32_epi16(_mm256_and_si256(r, _mm256_set1_epi32(0xffff)));
+    return _mm256_cvtepi32_epi16(_mm256_mask_blend_epi32(nan, r, q));   /* keeps the low 16 bits of each lane */
+}
+PG_AVG_AVX512 static inline __m512d pg_avg_widen8_f16(const uint16_t *p, __mmask8 m) {
+    return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p)));
+}
+PG_AVG_AVX512 static inline __m512d pg_avg_widen8_bf16(const uint16_t *p, __mmask8 m) {
+    return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)),
+                                                                 16)));
 }
 #define PG_AVG_LOOPS16_AVX512(S)                                                                              \
 PG_AVG_AVX512 static void pg_avg_sumst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
@@ -454,6 +460,14 @@ PG_AVG_AVX512 static void pg_avg_sumst_##S##_avx512(uint16_t *restrict o, const 
         else if (how == 2) v = pg_avg_qdiv8(v, vq, vy);                                                      \
         else if (how == 3) v = _mm512_add_pd(pg_avg_qdiv8(v, vq, vy), z);                                   \
         _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
+    }                                                                                                        \
+}                                                                                                            \
+PG_AVG_AVX512 static void pg_avg_wide16_##S##_avx512(double *restrict t, const uint16_t *restrict g,        \
+                                                   Py_ssize_t n) {                                           \
+    const __m512d z = _mm512_setzero_pd();                                                                   \
+    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
+        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
+        _mm512_mask_storeu_pd(t + i, m, _mm512_add_pd(pg_avg_widen8_##S(g + i, m), z));                      \
     }                                                                                                        \
 }                                                                                                            \
 PG_AVG_AVX512 static void pg_avg_divst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
@@ -480,7 +494,7 @@ PG_AVG_LOOPS16_AVX512(bf16)
 static inline void pg_avg_div16_##S(double *t, const uint16_t *g, const double *d, Py_ssize_t n)            \
 { PG_AVG_PICK16(pg_avg_div16_, S, (t, g, d, n)); }                                                           \
 static inline void pg_avg_wide16_##S(double *t, const uint16_t *g, Py_ssize_t n)                             \
-{ PG_AVG_PICK16(pg_avg_wide16_, S, (t, g, n)); }                                                             \
+{ PG_AVG_PICK16W(pg_avg_wide16_, S, (t, g, n)); }                                                             \
 static inline void pg_avg_acc16_##S(double *o, const uint16_t *x, Py_ssize_t n)                             \
 { PG_AVG_PICK16(pg_avg_acc16_, S, (o, x, n)); }                                                              \
 static inline void pg_avg_sumst_##S(uint16_t *o, const double *a, const double *b, const double *c,          \
