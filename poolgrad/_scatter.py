@@ -9,8 +9,8 @@ from .errors import ParamInvalidError
 from .memory import ScratchPool, thread_rows
 from .planning import channel_inner, split_evenly, threads_for
 
-# Most grad_x elements one deterministic work item owns (and so the float32 scratch one thread needs for the
-# 16-bit types: 4 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
+# Most grad_x elements one deterministic work item owns (and so the float64 scratch one thread needs for the
+# 16-bit types: 8 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
 # whose windows straddle its edges, and on channels-last 112x112x64 images 64 Ki-element bands cost twice the
 # time of whole-image bands (measured), while keeping a band in L2 bought nothing measurable.
 BAND_MAX = 1 << 20
@@ -36,7 +36,8 @@ class ScatterPlan:
         units = N if channel else N * C                 # independent planes (or images, channels-last)
         row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
         self.narrow = narrow = dt in ("f16", "bf16")
-        nb = -(-H * row_elems // BAND_MAX)
+        # 16-bit bands are float64: half as many cells keep the band's bytes (and its cache footprint) unchanged
+        nb = -(-H * row_elems // (BAND_MAX // 2 if narrow else BAND_MAX))
         if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
             nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
             # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
@@ -58,9 +59,10 @@ class ScatterPlan:
             self.band_oa = np.searchsorted(row_hi, part[:-1], side="right").astype(np.int64)
             self.band_ob = np.searchsorted(row_lo, part[1:], side="left").astype(np.int64)
             rows = int(np.max(np.diff(part)))
-            # 16-bit: one more output row per thread, where a contiguous grad_output row is widened at once
+            # 16-bit: a float64 band (two float32 slots per cell: correctly rounded sums, see the kernel), then one
+            # output row per thread, where a contiguous grad_output row is widened at once
             widen = go4.shape[3] * (C if channel else 1) if narrow else 0
-            self.scratch_elems = rows * row_elems + widen if narrow else 0
+            self.scratch_elems = 2 * rows * row_elems + widen if narrow else 0
         self.items = units * (len(self.part) - 1)
         # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
         # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
@@ -87,7 +89,7 @@ class ScatterPlan:
         exactly and deterministically, range-checking as we go."""
         N, C, H, W = gx4.shape
         nthreads = self.nthreads
-        scratch = thread_rows(nthreads, H * W, np.float32) if self.narrow else _no_scratch()
+        scratch = thread_rows(nthreads, 2 * H * W, np.float32) if self.narrow else _no_scratch()
         badpos = np.empty(N * C, np.int64)
         _max_pool_indices.scatter_fallback(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, scratch,
                                            badpos, nthreads)

@@ -24,16 +24,30 @@ _FWD, _BWD = OP_IDS["avg_pool2d"], OP_IDS["avg_pool2d_backward"]
 
 IntOrPair = int | Sequence[int]
 
-# How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in).
-_MODE_DIV, _MODE_MUL, _MODE_HF32, _MODE_F16 = 0, 1, 2, 3
+# How the kernel forms t from grad_output and the table ``dv`` (see _avg_pool.pyx.in), numbered as
+# cube_math_type: 0 grad / divisor, 2 round_f16(grad) * mult, 3 round_hf32(grad) * mult.
+_MODE_KEEP, _MODE_FP16, _MODE_HF32 = 0, 2, 3
+# Kernel-internal, 16-bit cube_math_type 0 only: t = grad * (L / divisor), each cell's sum divided by L once.
+_MODE_SCALED = 4
+# L (the least common multiple of the divisors) below this: every L / divisor is an integer below 2^12, so each
+# t is exact, and where the float16 sum is exact too (always for one divisor: 40 bits of range plus at most 13
+# of count) the cell is correctly rounded: |exact - tie| >= 2^-41 / L relative, more than float64's 2^-53.
+SCALED_MAX_LCM = 1 << 12
 
 # Backward work items: one plane (or channels-last image), split into row bands only when there are fewer than
 # ITEMS_PER_THREAD items per thread (items are handed out dynamically, so a thread that the OS delays does not
 # hold up the others for long).
 ITEMS_PER_THREAD = 8
 # grad_x at least this big is written with streaming stores (it would not stay in cache anyway, and a streaming
-# store does not first read the line it writes).
+# store does not first read the line it writes) - but only where every row is a whole number of cache lines (at
+# a row stride of whole lines) and at least STREAM_MIN_ROW_BYTES long.  Streaming a partial line costs a partial-line write: measured here (float32
+# backward, 1 thread, out= preallocated, streamed / cached time per element, median of 5 interleaved rounds):
+# 14-float rows (32x512x14x14) 9.7x, 56-float rows 7.2x, 112 floats (448 B, not whole lines) 1.56x, and even
+# aligned whole-line rows lose until they are long: 128 B 1.31x, 512 B 2.3x, 1 KiB 1.21x, 4 KiB 0.88x.  Before
+# this rule, avg_pool2d_backward on 512x14x14 planes jumped from 1.7-2.3 to 12-13 ns per element between batch
+# 20 and 24 (issue 8).
 STREAM_MIN_BYTES = 8 << 20
+STREAM_MIN_ROW_BYTES = 4096
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
 DV_REPEAT_MAX = 1 << 20
@@ -62,15 +76,17 @@ class _AvgParams:
 
 
 def _acc_dtype(dt: str) -> np.dtype:
-    return np.dtype(np.float64 if dt == "f64" else np.float32)
+    """float32 for float32; float64 for float64 and the 16-bit types (whose results are then the float64 result
+    rounded once, see src_c/pg_avg.h)."""
+    return np.dtype(np.float32 if dt == "f32" else np.float64)
 
 
 def _kernel_mode(cube: int, dt: str) -> int:
     if cube in (1, 3) and dt == "f32":
         return _MODE_HF32
     if cube == 2:
-        return _MODE_MUL if dt == "f16" else _MODE_F16  # float16 grad_output is already float16
-    return _MODE_DIV                                     # KEEP_DTYPE, or mode 1 on non-float32 input
+        return _MODE_FP16
+    return _MODE_KEEP                                    # KEEP_DTYPE, or mode 1 on non-float32 input
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,6 +123,28 @@ def _divisors(key: tuple, acc: str) -> tuple[np.ndarray, np.ndarray]:
     dw = _axis_divisor(W, Wo, kw, sw, pw, lo_w, hi_w, cip)
     rows, hidx = np.unique(dh, return_inverse=True)
     return read_only((rows[:, None] * dw[None, :]).astype(acc), hidx.reshape(-1).astype(np.int64))
+
+
+@functools.lru_cache(maxsize=64)
+def _common_multiple(key: tuple) -> int:
+    """L, the least common multiple of the divisors of every output window, or 0 when it reaches
+    SCALED_MAX_LCM.
+
+    The 16-bit backward (cube_math_type 0) then sums ``grad_output * (L / divisor)`` - integers times 16-bit
+    values, exact - and divides each cell once by L (correctly rounded): a float16 sum is exact, so a cell whose
+    exact value is a rounding tie of the type (1.8% of the cells of a k3s1 float16 backward on random normal
+    gradients, measured) is one in float64 too and rounds to even, where dividing every term first lands it at
+    random on either side.  One divisor for every window (count_include_pad without ceil_mode clipping,
+    divisor_override) gives L = |divisor|."""
+    table = _divisors(key, "d")[0]
+    lcm = 1
+    for d in np.unique(np.abs(table)).astype(np.int64):
+        if d >= SCALED_MAX_LCM:
+            return 0
+        lcm = np.lcm(lcm, int(d))
+        if lcm >= SCALED_MAX_LCM:
+            return 0
+    return int(lcm)
 
 
 def _cover(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,17 +186,20 @@ def _column_gather(k: int, s: int, Wo: int) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def _backward_tables(key: tuple, acc: str, mode: int, channels: int, gather: bool) -> tuple:
-    """Every table the backward kernel reads, for one geometry: divisors or multipliers (repeated over
-    ``channels`` when that is > 1), row covers, column covers, column phases (none when ``gather``) and the t
-    row's margins."""
+def _backward_tables(key: tuple, acc: str, recip: str, mode: int, channels: int, gather: bool) -> tuple:
+    """Every table the backward kernel reads, for one geometry: divisors or multipliers (``1/divisor`` computed
+    in ``recip``, then rounded, stored in ``acc``; repeated over ``channels`` when that is > 1), row covers,
+    column covers, column phases (none when ``gather``) and the t row's margins."""
     (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw) = key[:5]
     lo_h, hi_h, lo_w, hi_w = _windows(key)
     divisors, hidx = _divisors(key, acc)
     dv = divisors
-    if mode != _MODE_DIV:  # 1/divisor in the accumulation type, rounded to HF32 or (once) to float16
-        recip = divisors.dtype.type(1) / divisors
-        dv = round_hf32(recip) if mode == _MODE_HF32 else recip.astype(np.float16).astype(acc)
+    if mode == _MODE_SCALED:  # the integers L / divisor
+        dv = (_common_multiple(key) / divisors).astype(acc)
+    elif mode != _MODE_KEEP:  # 1/divisor in ``recip``, rounded to HF32 or (once) to float16
+        rdiv = _divisors(key, recip)[0]
+        mult = rdiv.dtype.type(1) / rdiv
+        dv = (round_hf32(mult) if mode == _MODE_HF32 else mult.astype(np.float16)).astype(acc)
     if channels > 1:  # one value per (ow, c)
         dv = np.repeat(dv, channels, axis=1)
     clo_h, chi_h = _cover(lo_h, hi_h, H)
@@ -169,6 +210,16 @@ def _backward_tables(key: tuple, acc: str, mode: int, channels: int, gather: boo
     else:
         ph_n, ph_o, left, right = _phases(W, Wo, kw, sw, pw)
     return read_only(dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o) + (left, right)
+
+
+def _whole_line_rows(gx4: np.ndarray, row_elems: int) -> bool:
+    """Every grad_x row (``row_elems`` contiguous values) is a whole number of 64-byte cache lines, at least
+    STREAM_MIN_ROW_BYTES long, at row strides of whole lines: the only rows streaming stores write faster (see
+    above).  The base address may be misaligned (NumPy's large zeroed arrays start 16 bytes into a line): that
+    leaves at most two partial lines in a row of 64 or more."""
+    nbytes = row_elems * gx4.itemsize
+    return (nbytes >= STREAM_MIN_ROW_BYTES and nbytes % 64 == 0
+            and all(st % 64 == 0 for st, n in zip(gx4.strides[:3], gx4.shape[:3]) if n > 1))
 
 
 def _round_up(n: int, m: int = 16) -> int:
@@ -203,7 +254,8 @@ def avg_pool2d(x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None, 
     -------
     ndarray
         The window averages, dtype of ``x``, same memory order as ``x``.  Each window is summed row by row, then
-        column by column (in the accumulation type: float32 for 16-bit inputs, rounded once), then divided.
+        column by column, then divided, in the accumulation type: float64 for float16 and bfloat16 inputs, whose
+        results are the float64 average rounded once to the type.
     """
     key = make_key(_FWD, (x,), (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
                                 layout, num_threads))
@@ -255,7 +307,8 @@ class _ForwardPlan:
         lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
         nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), self.nthreads)
         g_off = _round_up(W * cs)
-        rows = g_off + _round_up(cs)
+        # G: one channel vector (channels-last) or, for the 16-bit types, one row of Wo quotients
+        rows = g_off + _round_up(max(cs, Wo))
         pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
         return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, g_off, pool, nthreads
 
@@ -285,9 +338,9 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         division) in the accumulation type.  1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32: for float32 input,
         ``grad_output`` and the multiplier ``1/divisor`` (computed in float32) are rounded to HF32 (11 mantissa
         bits, nearest-even) and multiplied in float32; mode 1 leaves other dtypes as mode 0; mode 3 accepts only
-        float32.  2 USE_FP16: ``grad_output`` and ``1/divisor`` (computed in the accumulation type) are rounded
-        to float16 (once, also from float64) and multiplied and summed in the accumulation type; not for
-        bfloat16.  Any other value is an error.
+        float32.  2 USE_FP16: ``grad_output`` and ``1/divisor`` (computed in float32, in float64 for float64
+        input) are rounded to float16 (once, also from float64) and multiplied and summed in the accumulation
+        type; not for bfloat16.  Any other value is an error.
     layout : {"NCHW", "NHWC"}
         As for :func:`avg_pool2d`.
     out : ndarray, optional
@@ -305,7 +358,8 @@ def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride
         ``grad_x``: shape, dtype and (by default) memory order of ``x``.  Each cell is
         ``0 + sum over covering output rows oh (ascending) of (0 + sum over covering output columns ow
         (ascending) of t[oh, ow])`` with ``t = grad_output / divisor`` (``-0`` sums to ``+0``), accumulated in
-        float32 for 16-bit types (rounded once) and in the input type otherwise.
+        float64 for 16-bit types (each result the float64 sum rounded once to the type) and in the input type
+        otherwise.
     """
     key = make_key(_BWD, (grad_output, x, out), (kernel_size, stride, padding, ceil_mode, count_include_pad,
                                                   divisor_override, cube_math_type, layout, deterministic,
@@ -385,7 +439,13 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     acc = _acc_dtype(dt)
     gather = _column_gather(ap.kernel[1], ap.stride[1], Wo)
     dv_rep = cs > 1 and _divisors(ap.key(), acc.char)[0].size * cs <= DV_REPEAT_MAX
-    tables = _backward_tables(ap.key(), acc.char, mode, cs if dv_rep else 1, gather)
+    # cube_math_type 2 (and 1/3) keep their documented rounding point: 1/divisor computed in float32 for every
+    # type but float64, also for the 16-bit types that now accumulate in float64
+    recip = "d" if dt == "f64" else "f"
+    lcm = _common_multiple(ap.key()) if mode == _MODE_KEEP and dt in ("f16", "bf16") else 0
+    if lcm and not np.all(_divisors(ap.key(), "d")[0] == lcm):
+        mode = _MODE_SCALED     # (one positive divisor for every window: t = grad, mode 0's fast row loops)
+    tables = _backward_tables(ap.key(), acc.char, recip, mode, cs if dv_rep else 1, gather)
     dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, left, right = tables
     nb = 1
     if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
@@ -397,7 +457,7 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
     rows = int(offsets[-1])
     pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
-    stream = gx4.nbytes >= STREAM_MIN_BYTES
+    stream = gx4.nbytes >= STREAM_MIN_BYTES and _whole_line_rows(gx4, W * cs)
     args = (dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part, ap.stride[1], left, mode, channel, cap,
-            stream, dv_rep)
+            stream, dv_rep, float(lcm))
     return args, read_only(offsets[:4].copy())[0], pool, nthreads

@@ -86,8 +86,9 @@ TABLES = 64 * 1024       # window/band tables, flags and Python objects: a fixed
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_scatter_working_memory_bound(dtype, layout, threads):
-    """max/adaptive backward: float32/float64 need only tables; 16-bit types add, per thread, one float32 band
-    of at most min(H*W*C', 2**20) elements and one widened grad_output row of Wo*C' (C' = C channels-last)."""
+    """max/adaptive backward: float32/float64 need only tables; 16-bit types add, per thread, one float64 band
+    of at most min(H*W*C', 2**20) elements and one widened float32 grad_output row of Wo*C' (C' = C
+    channels-last)."""
     rng = np.random.default_rng(0)
     shape = (2, 8, 300, 200) if layout == "NCHW" else (2, 300, 200, 8)
     x = rng.standard_normal(shape).astype(dtype)
@@ -98,7 +99,7 @@ def test_scatter_working_memory_bound(dtype, layout, threads):
                          x.nbytes)
     cs = 8 if layout == "NHWC" else 1
     Wo = y.shape[3] if layout == "NCHW" else y.shape[2]
-    bound = TABLES + (4 * threads * (min(300 * 200 * cs, _scatter.BAND_MAX) + Wo * cs)
+    bound = TABLES + (threads * (8 * min(300 * 200 * cs, _scatter.BAND_MAX) + 4 * Wo * cs)
                       if np.dtype(dtype).itemsize == 2 else 0)
     assert extra <= bound, (extra, bound)
 

@@ -1,0 +1,516 @@
+/* Row loops of average pooling (used by poolgrad/_avg_pool.pyx.in).
+ *
+ * Each loop exists twice on x86-64: for the baseline (SSE2, part of x86-64: no build flag needed) and for
+ * AVX2 (+ F16C for the float16 rows), chosen at run time (pg_avg_simd, set at import from the CPU, settable
+ * for tests).  Both give the same bits: the same IEEE operations on each element in the same order (no FMA, no
+ * reassociation); only the vector width differs.  Elsewhere: baseline only.
+ *
+ * Accumulation types: float32 accumulates in float32, float64 in float64, and float16 / bfloat16 in float64
+ * (then rounded once: see "16-bit results" below).
+ *
+ * float32 / float64 rows (suffix f32 / f64):
+ * div:        t[i] = g[i] / d[i] + 0                        (the + 0 turns -0 into +0)
+ * sum:        o[i] = a[i]  |  a[i] + b[i]  |  (a[i] + b[i]) + c[i]     (b == NULL: one term; c == NULL: two)
+ * acc:        o[i] += a[i]
+ * divs:       t[i] = g[i] / d                               (one divisor)
+ * phase2:     C[2q] = sum_{i<n0} T[q+o0+i], C[2q+1] = sum_{i<n1} T[q+o1+i] (left to right) for the n cells of
+ *             a row, n0 and n1 in {1, 2}: the column expansion for stride 2, interleaving the two phases
+ * sum_stream: sum, with streaming (non-temporal) stores: for grad_x rows too big to stay in cache; such a
+ *             store skips the read for ownership, so writing grad_x moves its bytes once.
+ *
+ * 16-bit rows (suffix f16 / bf16; values travel as uint16_t bits, the accumulator is double):
+ * div16:      t[i] = (double)g[i] / d[i] + 0
+ * wide16:     t[i] = (double)g[i] + 0
+ * acc16:      o[i] += (double)x[i]
+ * sumst:      o[i] = round16(s[i]), s[i] = a[i]  |  a[i] + b[i]  |  (a[i] + b[i]) + c[i]; with a divisor
+ *             (q != 0): round16(s[i] / q + 0).  The AVX2 variant divides with Markstein's correction, three
+ *             FMA-unit operations instead of a division: y = RN(1/q), z = RN(s * y), r = s - z * q (exact, one
+ *             FMA), RN(z + r * y) is the correctly rounded quotient (for s and q free of overflow and
+ *             underflow, as here: |s| < 2^137, 1 <= |q| < 2^63), the same bits as s / q.  Checked against
+ *             division on 9.5 million quotients (integer q up to 70,000, random s) with no difference.
+ * divst:      o[i] = round16(a[i] / q)                       (the forward's channel vectors; no + 0)
+ *
+ * 16-bit results.  A float64 value is rounded to float16 / bfloat16 once, to nearest even, by narrowing it first
+ * to float32 with round-to-odd (the float32 nearest to v towards zero, with its last mantissa bit forced to 1
+ * when v was not exact) and then rounding that float32 to nearest even.  float32 carries at least 2 more bits
+ * than either 16-bit type at every exponent (24 against 11 + 2 and 8 + 2; subnormals: 2^-149 against 2^-24
+ * and 2^-133), and with round-to-odd in between the second rounding sees the same side of every tie as the
+ * exact value would: the pair rounds exactly like one rounding of v.  (Rounding to nearest in both steps would
+ * not: 1 + 2^-11 + 2^-40 rounds to 1 + 2^-11 in float32 and then, a tie, down to 1 in float16.)  Overflow and
+ * NaN are kept: v beyond FLT_MAX narrows to FLT_MAX with the odd bit set and rounds to Inf; NaN stays NaN.
+ */
+#ifndef PG_AVG_H
+#define PG_AVG_H
+
+#include <stdint.h>
+#include <string.h>
+#include "pg_dtype.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define PG_AVG_STREAMING 1
+#else
+#define PG_AVG_STREAMING 0
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__)
+#include <immintrin.h>
+#define PG_AVG_DISPATCH 1
+#define PG_AVG_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define PG_AVG_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,f16c,fma")))
+#else
+#define PG_AVG_DISPATCH 0
+#endif
+
+static int pg_avg_simd = 0;   /* 1: use the AVX2 variants; 2: also the AVX-512 ones (16-bit stores) */
+
+static int pg_avg_simd_available(void) {
+#if PG_AVG_DISPATCH
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma")))
+        return 0;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+        return 2;
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* ---- one value: float64 -> 16-bit, rounded once --------------------------------------------------------- */
+
+/* v narrowed to float32 with round-to-odd (NaN stays NaN; see the header comment). */
+PG_INLINE float pg_f64_to_f32_odd(double v)
+{
+    float f = (float)v;
+    uint32_t u = pg_f32_bits(f);
+    uint32_t inexact = (uint32_t)((double)f != v && v == v);
+    uint32_t away = inexact & (uint32_t)(__builtin_fabs((double)f) > __builtin_fabs(v));
+    u -= away;                 /* rounded away from zero: step back towards zero (Inf -> FLT_MAX) */
+    u |= inexact;              /* and mark the lost bits in the last place */
+    return pg_bits_f32(u);
+}
+
+PG_INLINE float pg_avg_store_f32(float v) { return v; }
+PG_INLINE double pg_avg_store_f64(double v) { return v; }
+PG_INLINE uint16_t pg_avg_store_f16(double v) { return pg_f32_to_f16(pg_f64_to_f32_odd(v)); }
+PG_INLINE uint16_t pg_avg_store_bf16(double v) { return pg_f32_to_bf16(pg_f64_to_f32_odd(v)); }
+
+/* float64 -> nearest-even float16 value (cube_math_type 2 on float64 input), as a double. */
+PG_INLINE double pg_avg_round_f16_d(double v) { return (double)pg_f16_to_f32(pg_avg_store_f16(v)); }
+
+/* ---- float32 / float64 rows ------------------------------------------------------------------------------ */
+
+#define PG_AVG_LOOPS(T, S, ATTR)                                                                              \
+ATTR static void pg_avg_div_##S(T *restrict t, const T *restrict g, const T *restrict d, Py_ssize_t n) {      \
+    for (Py_ssize_t i = 0; i < n; i++) t[i] = g[i] / d[i] + (T)0;                                            \
+}                                                                                                            \
+ATTR static void pg_avg_sum_##S(T *restrict o, const T *restrict a, const T *restrict b,                     \
+                                const T *restrict c, Py_ssize_t n) {                                         \
+    if (b == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i];                                           \
+    else if (c == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] + b[i];                               \
+    else for (Py_ssize_t i = 0; i < n; i++) o[i] = (a[i] + b[i]) + c[i];                                     \
+}                                                                                                            \
+ATTR static void pg_avg_acc_##S(T *restrict o, const T *restrict a, Py_ssize_t n) {                          \
+    for (Py_ssize_t i = 0; i < n; i++) o[i] += a[i];                                                         \
+}                                                                                                            \
+ATTR static void pg_avg_divs_##S(T *restrict t, const T *restrict g, T d, Py_ssize_t n) {                    \
+    for (Py_ssize_t i = 0; i < n; i++) t[i] = g[i] / d;                                                      \
+}                                                                                                            \
+ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize_t o0, int n0,               \
+                                   Py_ssize_t o1, int n1, Py_ssize_t n) {                                    \
+    const T *a = T0 + o0, *b = T0 + o1;                                                                      \
+    Py_ssize_t q, nq = n / 2;                                                                                \
+    if (n0 == 1 && n1 == 1) for (q = 0; q < nq; q++) { C[2 * q] = a[q]; C[2 * q + 1] = b[q]; }               \
+    else if (n0 == 1) for (q = 0; q < nq; q++) { C[2 * q] = a[q]; C[2 * q + 1] = b[q] + b[q + 1]; }          \
+    else if (n1 == 1) for (q = 0; q < nq; q++) { C[2 * q] = a[q] + a[q + 1]; C[2 * q + 1] = b[q]; }          \
+    else for (q = 0; q < nq; q++) { C[2 * q] = a[q] + a[q + 1]; C[2 * q + 1] = b[q] + b[q + 1]; }            \
+    if (n & 1) C[2 * nq] = n0 == 1 ? a[nq] : a[nq] + a[nq + 1];                                              \
+}
+
+PG_AVG_LOOPS(float, f32_base, )
+PG_AVG_LOOPS(double, f64_base, )
+#if PG_AVG_DISPATCH
+PG_AVG_LOOPS(float, f32_avx2, PG_AVG_AVX2)
+PG_AVG_LOOPS(double, f64_avx2, PG_AVG_AVX2)
+#define PG_AVG_PICK(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
+#else
+#define PG_AVG_PICK(NAME, S, ARGS) NAME##S##_base ARGS
+#endif
+
+static inline void pg_avg_div_f32(float *t, const float *g, const float *d, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_div_, f32, (t, g, d, n)); }
+static inline void pg_avg_div_f64(double *t, const double *g, const double *d, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_div_, f64, (t, g, d, n)); }
+static inline void pg_avg_sum_f32(float *o, const float *a, const float *b, const float *c, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_sum_, f32, (o, a, b, c, n)); }
+static inline void pg_avg_sum_f64(double *o, const double *a, const double *b, const double *c, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_sum_, f64, (o, a, b, c, n)); }
+static inline void pg_avg_divs_f32(float *t, const float *g, float d, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_divs_, f32, (t, g, d, n)); }
+static inline void pg_avg_divs_f64(double *t, const double *g, double d, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_divs_, f64, (t, g, d, n)); }
+static inline void pg_avg_acc_f32(float *o, const float *a, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_acc_, f32, (o, a, n)); }
+static inline void pg_avg_acc_f64(double *o, const double *a, Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_acc_, f64, (o, a, n)); }
+static inline void pg_avg_phase2_f32(float *C, const float *T, Py_ssize_t o0, int n0, Py_ssize_t o1, int n1,
+                                     Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_phase2_, f32, (C, T, o0, n0, o1, n1, n)); }
+static inline void pg_avg_phase2_f64(double *C, const double *T, Py_ssize_t o0, int n0, Py_ssize_t o1, int n1,
+                                     Py_ssize_t n)
+{ PG_AVG_PICK(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
+
+/* ---- streaming stores ------------------------------------------------------------------------------------ */
+
+#define PG_AVG_S3(i) (b == NULL ? a[i] : (c == NULL ? a[i] + b[i] : (a[i] + b[i]) + c[i]))
+#if PG_AVG_DISPATCH
+PG_AVG_AVX2 static void pg_avg_sum_stream_f32_avx2(float *d, const float *a, const float *b, const float *c,
+                                                   Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i < n && ((uintptr_t)(d + i) & 31u); i++) d[i] = PG_AVG_S3(i);
+    if (b == NULL)
+        for (; i + 8 <= n; i += 8) _mm256_stream_ps(d + i, _mm256_loadu_ps(a + i));
+    else if (c == NULL)
+        for (; i + 8 <= n; i += 8)
+            _mm256_stream_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    else
+        for (; i + 8 <= n; i += 8)
+            _mm256_stream_ps(d + i, _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)),
+                                                  _mm256_loadu_ps(c + i)));
+    for (; i < n; i++) d[i] = PG_AVG_S3(i);
+}
+PG_AVG_AVX2 static void pg_avg_sum_stream_f64_avx2(double *d, const double *a, const double *b, const double *c,
+                                                   Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i < n && ((uintptr_t)(d + i) & 31u); i++) d[i] = PG_AVG_S3(i);
+    if (b == NULL)
+        for (; i + 4 <= n; i += 4) _mm256_stream_pd(d + i, _mm256_loadu_pd(a + i));
+    else if (c == NULL)
+        for (; i + 4 <= n; i += 4)
+            _mm256_stream_pd(d + i, _mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i)));
+    else
+        for (; i + 4 <= n; i += 4)
+            _mm256_stream_pd(d + i, _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i)),
+                                                  _mm256_loadu_pd(c + i)));
+    for (; i < n; i++) d[i] = PG_AVG_S3(i);
+}
+#endif
+static void pg_avg_sum_stream_f32(float *d, const float *a, const float *b, const float *c, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+#if PG_AVG_DISPATCH
+    if (pg_avg_simd) { pg_avg_sum_stream_f32_avx2(d, a, b, c, n); return; }
+#endif
+#if defined(__SSE2__)
+    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = PG_AVG_S3(i);
+    if (b == NULL)
+        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_loadu_ps(a + i));
+    else if (c == NULL)
+        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+    else
+        for (; i + 4 <= n; i += 4)
+            _mm_stream_ps(d + i, _mm_add_ps(_mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)),
+                                            _mm_loadu_ps(c + i)));
+#endif
+    for (; i < n; i++) d[i] = PG_AVG_S3(i);
+}
+static void pg_avg_sum_stream_f64(double *d, const double *a, const double *b, const double *c, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+#if PG_AVG_DISPATCH
+    if (pg_avg_simd) { pg_avg_sum_stream_f64_avx2(d, a, b, c, n); return; }
+#endif
+#if defined(__SSE2__)
+    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = PG_AVG_S3(i);
+    if (b == NULL)
+        for (; i + 2 <= n; i += 2) _mm_stream_pd(d + i, _mm_loadu_pd(a + i));
+    else if (c == NULL)
+        for (; i + 2 <= n; i += 2) _mm_stream_pd(d + i, _mm_add_pd(_mm_loadu_pd(a + i), _mm_loadu_pd(b + i)));
+    else
+        for (; i + 2 <= n; i += 2)
+            _mm_stream_pd(d + i, _mm_add_pd(_mm_add_pd(_mm_loadu_pd(a + i), _mm_loadu_pd(b + i)),
+                                            _mm_loadu_pd(c + i)));
+#endif
+    for (; i < n; i++) d[i] = PG_AVG_S3(i);
+}
+static void pg_avg_stream_u16(uint16_t *d, const uint16_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = s[i];
+    for (; i + 8 <= n; i += 8) _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+#endif
+    for (; i < n; i++) d[i] = s[i];
+}
+static void pg_avg_sfence(void) {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
+/* ---- 16-bit rows (double accumulator) -------------------------------------------------------------------- */
+
+#define PG_AVG_LOOPS16(S, LOAD, ATTR, SFX)                                                                    \
+ATTR static void pg_avg_div16_##S##_##SFX(double *restrict t, const uint16_t *restrict g,                    \
+                                          const double *restrict d, Py_ssize_t n) {                          \
+    for (Py_ssize_t i = 0; i < n; i++) t[i] = (double)LOAD(g[i]) / d[i] + 0.0;                              \
+}                                                                                                            \
+ATTR static void pg_avg_wide16_##S##_##SFX(double *restrict t, const uint16_t *restrict g, Py_ssize_t n) {   \
+    for (Py_ssize_t i = 0; i < n; i++) t[i] = (double)LOAD(g[i]) + 0.0;                                     \
+}                                                                                                            \
+ATTR static void pg_avg_acc16_##S##_##SFX(double *restrict o, const uint16_t *restrict x, Py_ssize_t n) {    \
+    for (Py_ssize_t i = 0; i < n; i++) o[i] += (double)LOAD(x[i]);                                          \
+}                                                                                                            \
+ATTR static void pg_avg_sumst_##S##_##SFX(uint16_t *restrict o, const double *restrict a,                   \
+                                          const double *restrict b, const double *restrict c,                \
+                                          double q, Py_ssize_t n) {                                          \
+    if (q != 0) for (Py_ssize_t i = 0; i < n; i++) o[i] = pg_avg_store_##S(PG_AVG_S3(i) / q + 0.0);         \
+    else if (b == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = pg_avg_store_##S(a[i]);                    \
+    else if (c == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = pg_avg_store_##S(a[i] + b[i]);             \
+    else for (Py_ssize_t i = 0; i < n; i++) o[i] = pg_avg_store_##S((a[i] + b[i]) + c[i]);                   \
+}                                                                                                            \
+ATTR static void pg_avg_divst_##S##_##SFX(uint16_t *restrict o, const double *restrict a, double q,          \
+                                          Py_ssize_t n) {                                                    \
+    for (Py_ssize_t i = 0; i < n; i++) o[i] = pg_avg_store_##S(a[i] / q);                                    \
+}
+
+PG_AVG_LOOPS16(f16, pg_f16_to_f32, , base)
+PG_AVG_LOOPS16(bf16, pg_bf16_to_f32, , base)
+
+#if PG_AVG_DISPATCH
+/* 4 doubles -> 4 floats with round-to-odd (pg_f64_to_f32_odd, lane by lane) */
+PG_AVG_AVX2 static inline __m128i pg_avg_odd4(__m256d v) {
+    const __m256d absm = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+    __m128 f = _mm256_cvtpd_ps(v);
+    __m256d back = _mm256_cvtps_pd(f);
+    __m256d inexact = _mm256_cmp_pd(back, v, _CMP_NEQ_OQ);   /* false for NaN */
+    __m256d away = _mm256_and_pd(inexact, _mm256_cmp_pd(_mm256_and_pd(back, absm), _mm256_and_pd(v, absm),
+                                                        _CMP_GT_OQ));
+    /* the low halves of the 64-bit lane masks, as four 32-bit masks */
+    const __m256i lo = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    __m128i m_in = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), lo));
+    __m128i m_aw = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), lo));
+    __m128i u = _mm_castps_si128(f);
+    u = _mm_add_epi32(u, m_aw);                                      /* -1 where rounded away from zero */
+    u = _mm_or_si128(u, _mm_and_si128(m_in, _mm_set1_epi32(1)));
+    return u;
+}
+/* 8 float bits (two halves) -> 8 bfloat16, nearest even, NaN quiet (pg_f32_to_bf16 lane by lane) */
+PG_AVG_AVX2 static inline __m128i pg_avg_bf16_8(__m128i x0, __m128i x1) {
+    __m256i x = _mm256_set_m128i(x1, x0);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                                   _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1))),
+                                  16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, q, nan);
+    r = _mm256_and_si256(r, _mm256_set1_epi32(0xffff));
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+PG_AVG_AVX2 static inline __m128i pg_avg_pack_f16(__m128i x0, __m128i x1) {
+    __m256 f = _mm256_castsi256_ps(_mm256_set_m128i(x1, x0));
+    return _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+PG_AVG_AVX2 static inline __m128i pg_avg_pack_bf16(__m128i x0, __m128i x1) { return pg_avg_bf16_8(x0, x1); }
+/* s / q correctly rounded from y = RN(1/q) (Markstein; see the header comment).  For s = +-Inf or NaN the
+ * correction would give NaN (Inf - Inf): there s * y, which is s / q, is kept. */
+PG_AVG_AVX2 static inline __m256d pg_avg_qdiv(__m256d s, __m256d q, __m256d y) {
+    __m256d z = _mm256_mul_pd(s, y);
+    __m256d r = _mm256_fnmadd_pd(z, q, s);
+    __m256d finite = _mm256_cmp_pd(_mm256_sub_pd(s, s), _mm256_setzero_pd(), _CMP_EQ_OQ);
+    return _mm256_blendv_pd(z, _mm256_fmadd_pd(r, y, z), finite);
+}
+PG_AVG_AVX2 static inline __m256 pg_avg_widen_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+PG_AVG_AVX2 static inline __m256 pg_avg_widen_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+#define PG_AVG_LOOPS16_AVX2(S, LOAD)                                                                          \
+PG_AVG_AVX2 static void pg_avg_div16_##S##_avx2(double *restrict t, const uint16_t *restrict g,              \
+                                                const double *restrict d, Py_ssize_t n) {                    \
+    Py_ssize_t i = 0;                                                                                        \
+    const __m256d z = _mm256_setzero_pd();                                                                   \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m256 w = pg_avg_widen_##S(g + i);                                                                  \
+        __m256d w0 = _mm256_cvtps_pd(_mm256_castps256_ps128(w)), w1 = _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)); \
+        _mm256_storeu_pd(t + i, _mm256_add_pd(_mm256_div_pd(w0, _mm256_loadu_pd(d + i)), z));               \
+        _mm256_storeu_pd(t + i + 4, _mm256_add_pd(_mm256_div_pd(w1, _mm256_loadu_pd(d + i + 4)), z));       \
+    }                                                                                                        \
+    for (; i < n; i++) t[i] = (double)LOAD(g[i]) / d[i] + 0.0;                                              \
+}                                                                                                            \
+PG_AVG_AVX2 static void pg_avg_wide16_##S##_avx2(double *restrict t, const uint16_t *restrict g, Py_ssize_t n) { \
+    Py_ssize_t i = 0;                                                                                        \
+    const __m256d z = _mm256_setzero_pd();                                                                   \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m256 w = pg_avg_widen_##S(g + i);                                                                  \
+        _mm256_storeu_pd(t + i, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w)), z));               \
+        _mm256_storeu_pd(t + i + 4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)), z));         \
+    }                                                                                                        \
+    for (; i < n; i++) t[i] = (double)LOAD(g[i]) + 0.0;                                                     \
+}                                                                                                            \
+PG_AVG_AVX2 static void pg_avg_acc16_##S##_avx2(double *restrict o, const uint16_t *restrict x, Py_ssize_t n) { \
+    Py_ssize_t i = 0;                                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m256 w = pg_avg_widen_##S(x + i);                                                                  \
+        _mm256_storeu_pd(o + i, _mm256_add_pd(_mm256_loadu_pd(o + i), _mm256_cvtps_pd(_mm256_castps256_ps128(w)))); \
+        _mm256_storeu_pd(o + i + 4, _mm256_add_pd(_mm256_loadu_pd(o + i + 4),                               \
+                                                  _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1))));            \
+    }                                                                                                        \
+    for (; i < n; i++) o[i] += (double)LOAD(x[i]);                                                          \
+}                                                                                                            \
+PG_AVG_AVX2 static void pg_avg_sumst_##S##_avx2(uint16_t *restrict o, const double *restrict a,             \
+                                                const double *restrict b, const double *restrict c,          \
+                                                double q, Py_ssize_t n) {                                    \
+    Py_ssize_t i = 0;                                                                                        \
+    const __m256d vq = _mm256_set1_pd(q), vy = _mm256_set1_pd(q != 0 ? 1.0 / q : 0.0);                      \
+    const __m256d z = _mm256_setzero_pd();                                                                   \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m256d v0 = _mm256_loadu_pd(a + i), v1 = _mm256_loadu_pd(a + i + 4);                               \
+        if (b != NULL) {                                                                                     \
+            v0 = _mm256_add_pd(v0, _mm256_loadu_pd(b + i));                                                  \
+            v1 = _mm256_add_pd(v1, _mm256_loadu_pd(b + i + 4));                                              \
+            if (c != NULL) {                                                                                 \
+                v0 = _mm256_add_pd(v0, _mm256_loadu_pd(c + i));                                              \
+                v1 = _mm256_add_pd(v1, _mm256_loadu_pd(c + i + 4));                                          \
+            }                                                                                                \
+        }                                                                                                    \
+        if (q != 0) {                                                                                        \
+            v0 = _mm256_add_pd(pg_avg_qdiv(v0, vq, vy), z);                                                  \
+            v1 = _mm256_add_pd(pg_avg_qdiv(v1, vq, vy), z);                                                  \
+        }                                                                                                    \
+        _mm_storeu_si128((__m128i *)(o + i), pg_avg_pack_##S(pg_avg_odd4(v0), pg_avg_odd4(v1)));             \
+    }                                                                                                        \
+    if (q != 0) for (; i < n; i++) o[i] = pg_avg_store_##S(PG_AVG_S3(i) / q + 0.0);                         \
+    else for (; i < n; i++) o[i] = pg_avg_store_##S(PG_AVG_S3(i));                                          \
+}                                                                                                            \
+PG_AVG_AVX2 static void pg_avg_divst_##S##_avx2(uint16_t *restrict o, const double *restrict a, double q,    \
+                                                Py_ssize_t n) {                                              \
+    Py_ssize_t i = 0;                                                                                        \
+    const __m256d vq = _mm256_set1_pd(q), vy = _mm256_set1_pd(1.0 / q);                                     \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m256d v0 = pg_avg_qdiv(_mm256_loadu_pd(a + i), vq, vy);                                           \
+        __m256d v1 = pg_avg_qdiv(_mm256_loadu_pd(a + i + 4), vq, vy);                                       \
+        _mm_storeu_si128((__m128i *)(o + i), pg_avg_pack_##S(pg_avg_odd4(v0), pg_avg_odd4(v1)));             \
+    }                                                                                                        \
+    for (; i < n; i++) o[i] = pg_avg_store_##S(a[i] / q);                                                    \
+}
+
+PG_AVG_LOOPS16_AVX2(f16, pg_f16_to_f32)
+PG_AVG_LOOPS16_AVX2(bf16, pg_bf16_to_f32)
+
+/* AVX-512: the rounding stores, 8 doubles per vector, the row tail under a mask.  Round-to-odd is one
+ * conversion toward zero plus the inexact bit: RZ(v) | inexact equals pg_f64_to_f32_odd (which steps a
+ * round-to-nearest result back towards zero when it went away). */
+PG_AVG_AVX512 static inline __m256i pg_avg_odd8(__m512d v) {
+    __m256 f = _mm512_cvt_roundpd_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(f), v, _CMP_NEQ_OQ);   /* false for NaN */
+    __m256i u = _mm256_castps_si256(f);
+    return _mm256_mask_or_epi32(u, inexact, u, _mm256_set1_epi32(1));
+}
+/* q is a power of two (a normal double with an all-zero fraction), so 1/q is exact and s * (1/q) == s / q */
+static inline int pg_avg_pow2(double q) {
+    uint64_t u;
+    memcpy(&u, &q, 8);
+    return (u & 0x000fffffffffffffull) == 0 && ((u >> 52) & 0x7ffu) != 0 && ((u >> 52) & 0x7ffu) != 0x7ffu;
+}
+PG_AVG_AVX512 static inline __m512d pg_avg_qdiv8(__m512d s, __m512d q, __m512d y) {   /* as pg_avg_qdiv */
+    __m512d z = _mm512_mul_pd(s, y);
+    __m512d r = _mm512_fnmadd_pd(z, q, s);
+    __mmask8 finite = _mm512_cmp_pd_mask(_mm512_sub_pd(s, s), _mm512_setzero_pd(), _CMP_EQ_OQ);
+    return _mm512_mask3_fmadd_pd(r, y, z, finite);                     /* non-finite lanes keep z */
+}
+PG_AVG_AVX512 static inline __m128i pg_avg_pack8_f16(__m256i u) {
+    return _mm256_cvtps_ph(_mm256_castsi256_ps(u), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+PG_AVG_AVX512 static inline __m128i pg_avg_pack8_bf16(__m256i x) {
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                                   _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1))),
+                                  16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __mmask8 nan = _mm256_cmpgt_epi32_mask(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    return _mm256_cvtepi32_epi16(_mm256_mask_blend_epi32(nan, r, q));   /* keeps the low 16 bits of each lane */
+}
+PG_AVG_AVX512 static inline __m512d pg_avg_widen8_f16(const uint16_t *p, __mmask8 m) {
+    return _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p)));
+}
+PG_AVG_AVX512 static inline __m512d pg_avg_widen8_bf16(const uint16_t *p, __mmask8 m) {
+    return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)),
+                                                                 16)));
+}
+#define PG_AVG_LOOPS16_AVX512(S)                                                                              \
+PG_AVG_AVX512 static void pg_avg_sumst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
+                                                  const double *restrict b, const double *restrict c,        \
+                                                  double q, Py_ssize_t n) {                                  \
+    const double y = q != 0 ? 1.0 / q : 0.0;                                                                 \
+    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(y);                                            \
+    const __m512d z = _mm512_setzero_pd();                                                                   \
+    /* 0: no divisor; 1: a power of two (s * y is exact: no correction); 2: positive; 3: negative (+ 0 turns  \
+     * the -0 of 0 / q into +0; the sums themselves are never -0) */                                         \
+    const int how = q == 0 ? 0 : (pg_avg_pow2(q) && q > 0) ? 1 : q > 0 ? 2 : 3;                               \
+    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
+        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
+        __m512d v = _mm512_maskz_loadu_pd(m, a + i);                                                         \
+        if (b != NULL) {                                                                                     \
+            v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, b + i));                                           \
+            if (c != NULL) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i));                            \
+        }                                                                                                    \
+        if (how == 1) v = _mm512_mul_pd(v, vy);                                                              \
+        else if (how == 2) v = pg_avg_qdiv8(v, vq, vy);                                                      \
+        else if (how == 3) v = _mm512_add_pd(pg_avg_qdiv8(v, vq, vy), z);                                   \
+        _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
+    }                                                                                                        \
+}                                                                                                            \
+PG_AVG_AVX512 static void pg_avg_wide16_##S##_avx512(double *restrict t, const uint16_t *restrict g,        \
+                                                   Py_ssize_t n) {                                           \
+    const __m512d z = _mm512_setzero_pd();                                                                   \
+    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
+        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
+        _mm512_mask_storeu_pd(t + i, m, _mm512_add_pd(pg_avg_widen8_##S(g + i, m), z));                      \
+    }                                                                                                        \
+}                                                                                                            \
+PG_AVG_AVX512 static void pg_avg_divst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
+                                                  double q, Py_ssize_t n) {                                  \
+    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(1.0 / q);                                      \
+    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
+        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
+        __m512d v = pg_avg_qdiv8(_mm512_maskz_loadu_pd(m, a + i), vq, vy);                                  \
+        _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
+    }                                                                                                        \
+}
+PG_AVG_LOOPS16_AVX512(f16)
+PG_AVG_LOOPS16_AVX512(bf16)
+#define PG_AVG_PICK16(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
+#define PG_AVG_PICK16W(NAME, S, ARGS)                                                                         \
+    do { if (pg_avg_simd == 2) NAME##S##_avx512 ARGS; else if (pg_avg_simd) NAME##S##_avx2 ARGS;             \
+         else NAME##S##_base ARGS; } while (0)
+#else
+#define PG_AVG_PICK16(NAME, S, ARGS) NAME##S##_base ARGS
+#define PG_AVG_PICK16W(NAME, S, ARGS) NAME##S##_base ARGS
+#endif
+
+#define PG_AVG_ENTRY16(S)                                                                                     \
+static inline void pg_avg_div16_##S(double *t, const uint16_t *g, const double *d, Py_ssize_t n)            \
+{ PG_AVG_PICK16(pg_avg_div16_, S, (t, g, d, n)); }                                                           \
+static inline void pg_avg_wide16_##S(double *t, const uint16_t *g, Py_ssize_t n)                             \
+{ PG_AVG_PICK16W(pg_avg_wide16_, S, (t, g, n)); }                                                             \
+static inline void pg_avg_acc16_##S(double *o, const uint16_t *x, Py_ssize_t n)                             \
+{ PG_AVG_PICK16(pg_avg_acc16_, S, (o, x, n)); }                                                              \
+static inline void pg_avg_sumst_##S(uint16_t *o, const double *a, const double *b, const double *c,          \
+                                    double q, Py_ssize_t n)                                                  \
+{ PG_AVG_PICK16W(pg_avg_sumst_, S, (o, a, b, c, q, n)); }                                                     \
+static inline void pg_avg_divst_##S(uint16_t *o, const double *a, double q, Py_ssize_t n)                    \
+{ PG_AVG_PICK16W(pg_avg_divst_, S, (o, a, q, n)); }
+
+PG_AVG_ENTRY16(f16)
+PG_AVG_ENTRY16(bf16)
+
+/* Rows of float64 sums rounded once to float16 / bfloat16 (the max-pooling scatter's float64 bands).  A module
+ * that calls them sets its own pg_avg_simd from pg_avg_simd_available() at import (the variable is static). */
+static inline void pg_f64_to_f16_row(uint16_t *dst, const double *src, Py_ssize_t n)
+{ pg_avg_sumst_f16(dst, src, NULL, NULL, 0.0, n); }
+static inline void pg_f64_to_bf16_row(uint16_t *dst, const double *src, Py_ssize_t n)
+{ pg_avg_sumst_bf16(dst, src, NULL, NULL, 0.0, n); }
+
+#endif
