@@ -206,6 +206,9 @@ def adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int | None],
     else:
         sizes = output_size
     o = _pair("output_size", sizes)
+    if 0 in o:
+        # PyTorch returns an empty result for a zero output size, poolgrad refuses one: nothing to compute.
+        return _F.adaptive_max_pool2d(input, output_size, return_indices)
     y, idx = torch.ops.poolgrad.adaptive_max_pool2d(input, o)
     return (y, idx) if _flag("return_indices", return_indices) else y
 
