@@ -191,9 +191,13 @@ def _max_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, idx)
     ctx.params = (kernel_size, stride, padding, dilation, ceil_mode)
     ctx.mark_non_differentiable(idx)
+    # Otherwise autograd fills a zero tensor of the indices' shape for their (never used) gradient every step.
+    ctx.set_materialize_grads(False)
 
 
-def _max_backward(ctx, grad_y: Tensor, _grad_idx: Tensor):
+def _max_backward(ctx, grad_y: Tensor | None, _grad_idx: Tensor | None):
+    if grad_y is None:                      # only the indices were used
+        return (None,) * 6
     x, idx = ctx.saved_tensors
     grad_x = max_pool2d_with_indices_backward(grad_y, x, idx, *ctx.params)
     return grad_x, None, None, None, None, None
@@ -270,9 +274,12 @@ def _adaptive_setup(ctx, inputs, output) -> None:
     _, idx = output
     ctx.save_for_backward(inputs[0], idx)
     ctx.mark_non_differentiable(idx)
+    ctx.set_materialize_grads(False)       # as in _max_setup
 
 
-def _adaptive_backward(ctx, grad_y: Tensor, _grad_idx: Tensor):
+def _adaptive_backward(ctx, grad_y: Tensor | None, _grad_idx: Tensor | None):
+    if grad_y is None:
+        return None, None
     x, idx = ctx.saved_tensors
     return adaptive_max_pool2d_backward(grad_y, x, idx), None
 
