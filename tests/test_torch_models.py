@@ -42,9 +42,11 @@ def _train_step(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -
     torch.manual_seed(1)
     loss = F.cross_entropy(model(x), target)
     loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    # A compiled module names its parameters "_orig_mod.<name>".
+    grads = {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()}
     opt.step()
-    return loss.detach(), grads, {n: p.detach().clone() for n, p in model.named_parameters()}
+    return loss.detach(), grads, {n.removeprefix("_orig_mod."): p.detach().clone()
+                                  for n, p in model.named_parameters()}
 
 
 def _assert_converted(model: torch.nn.Module) -> None:
