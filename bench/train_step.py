@@ -57,12 +57,12 @@ class Trainer:
         self.opt.step()
         return time.perf_counter() - t0
 
-    def profiled_step(self) -> tuple[float, float]:
-        """(pooling seconds, step seconds) of one step under the profiler."""
+    def profiled_step(self) -> tuple[float, float, dict[str, float]]:
+        """(pooling seconds, step seconds, seconds per pooling operator) of one step under the profiler."""
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             wall = self.step()
-        pool_us = sum(e.cpu_time_total for e in prof.key_averages() if e.key in POOL_EVENTS)
-        return pool_us * 1e-6, wall
+        ops = {e.key: e.cpu_time_total * 1e-6 for e in prof.key_averages() if e.key in POOL_EVENTS}
+        return sum(ops.values()), wall, ops
 
 
 def run_config(name: str, channels_last: bool, threads: int, args: argparse.Namespace) -> dict:
@@ -86,11 +86,12 @@ def run_config(name: str, channels_last: bool, threads: int, args: argparse.Name
     row = {"model": name, "format": "channels_last" if channels_last else "NCHW", "threads": threads,
            "batch": args.batch, "size": args.size, "reps": args.reps}
     for k, trainer in pair.items():
-        pool, wall = trainer.profiled_step()
+        pool, wall, ops = trainer.profiled_step()
         row[f"{k}_s"] = statistics.median(times[k])
         row[f"{k}_all_s"] = times[k]
         row[f"{k}_pool_share"] = pool / wall
         row[f"{k}_pool_s"] = pool
+        row[f"{k}_pool_ops_s"] = ops
     row["speedup"] = row["original_s"] / row["poolgrad_s"]
     return row
 

@@ -22,7 +22,7 @@ compiled model follows later changes of either.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -185,7 +185,7 @@ def _max_pool2d_with_indices_fake(x: Tensor, kernel_size: Sequence[int], stride:
     return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=torch.int64)
 
 
-def _max_setup(ctx, inputs, output) -> None:
+def _max_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     x, kernel_size, stride, padding, dilation, ceil_mode = inputs
     _, idx = output
     ctx.save_for_backward(x, idx)
@@ -195,7 +195,7 @@ def _max_setup(ctx, inputs, output) -> None:
     ctx.set_materialize_grads(False)
 
 
-def _max_backward(ctx, grad_y: Tensor | None, _grad_idx: Tensor | None):
+def _max_backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
     if grad_y is None:                      # only the indices were used
         return (None,) * 6
     x, idx = ctx.saved_tensors
@@ -235,11 +235,11 @@ def _gather(grad: Tensor, idx: Tensor) -> Tensor:
     return grad.flatten(-2).gather(-1, idx.flatten(-2)).reshape(idx.shape)
 
 
-def _scatter_setup(ctx, inputs, output) -> None:
+def _scatter_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     ctx.save_for_backward(inputs[2])
 
 
-def _scatter_backward(ctx, grad_grad_x: Tensor):
+def _scatter_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
     (idx,) = ctx.saved_tensors
     return (_gather(grad_grad_x, idx),) + (None,) * 7
 
@@ -270,14 +270,14 @@ def _adaptive_max_pool2d_fake(x: Tensor, output_size: Sequence[int]) -> tuple[Te
     return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=torch.int64)
 
 
-def _adaptive_setup(ctx, inputs, output) -> None:
+def _adaptive_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     _, idx = output
     ctx.save_for_backward(inputs[0], idx)
     ctx.mark_non_differentiable(idx)
     ctx.set_materialize_grads(False)       # as in _max_setup
 
 
-def _adaptive_backward(ctx, grad_y: Tensor | None, _grad_idx: Tensor | None):
+def _adaptive_backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
     if grad_y is None:
         return None, None
     x, idx = ctx.saved_tensors
@@ -305,11 +305,11 @@ def _adaptive_max_pool2d_backward_fake(grad_output: Tensor, x: Tensor, indices: 
     return x.new_empty_strided(x.shape, output_strides(x.shape, is_channels_last(x)))
 
 
-def _adaptive_scatter_setup(ctx, inputs, output) -> None:
+def _adaptive_scatter_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     ctx.save_for_backward(inputs[2])
 
 
-def _adaptive_scatter_backward(ctx, grad_grad_x: Tensor):
+def _adaptive_scatter_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
     (idx,) = ctx.saved_tensors
     return _gather(grad_grad_x, idx), None, None
 
@@ -344,12 +344,12 @@ def _avg_pool2d_fake(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int
     return x.new_empty_strided(shape, output_strides(shape, is_channels_last(x)))
 
 
-def _avg_setup(ctx, inputs, output) -> None:
+def _avg_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     ctx.save_for_backward(inputs[0])
     ctx.params = tuple(inputs[1:])
 
 
-def _avg_backward(ctx, grad_y: Tensor):
+def _avg_backward(ctx: Any, grad_y: Tensor) -> tuple:
     (x,) = ctx.saved_tensors
     return (avg_pool2d_backward(grad_y, x, *ctx.params),) + (None,) * 6
 
@@ -379,11 +379,11 @@ def _avg_pool2d_backward_fake(grad_output: Tensor, x: Tensor, kernel_size: Seque
     return x.new_empty_strided(x.shape, output_strides(x.shape, is_channels_last(x)))
 
 
-def _avg_transpose_setup(ctx, inputs, output) -> None:
+def _avg_transpose_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     ctx.params = tuple(inputs[2:])
 
 
-def _avg_transpose_backward(ctx, grad_grad_x: Tensor):
+def _avg_transpose_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
     # The backward is the transpose of the (linear) forward, so its own gradient is the forward again.
     return (avg_pool2d(grad_grad_x, *ctx.params),) + (None,) * 7
 
