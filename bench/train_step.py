@@ -1,0 +1,146 @@
+"""Wall time of a full training step (forward, loss, backward, SGD step) of five torchvision-style models,
+original against ``poolgrad.torch.convert``-ed, with the share of the step spent in pooling.
+
+    python bench/train_step.py                                   # batch 32, 224x224, 1 and all threads, 3 reps
+    python bench/train_step.py --size 112 --reps 2 --json bench/results/train_step.json --markdown
+
+For every (model, memory format, thread count) the original and the converted model (same weights, same
+batch) take turns, step after step, and the order of the pair alternates, so a slow phase of a shared machine
+hits both alike; each variant's time is the median of ``--reps`` timed steps after ``--warmup`` untimed ones.
+One more step of each runs under ``torch.profiler``; the pooling share is the time of the pooling operators the
+conversion swaps (max, average and adaptive max pooling, forward and backward, PyTorch's or poolgrad's) over that
+profiled step's wall time. Adaptive *average* pooling (ResNet, DenseNet, GoogLeNet, SqueezeNet, VGG heads) is
+not one of them and counts as "other".
+
+Each finished configuration is appended to ``--json`` at once, so an interrupted run keeps what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import poolgrad.torch as pt  # noqa: E402
+from poolgrad.torch.models import MODELS  # noqa: E402
+
+# Profiler event names of the operators convert() swaps (outermost events only, so nothing counts twice).
+POOL_EVENTS = {
+    "aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward",
+    "aten::avg_pool2d", "aten::avg_pool2d_backward",
+    "aten::adaptive_max_pool2d", "aten::adaptive_max_pool2d_backward",
+    "poolgrad::max_pool2d_with_indices", "poolgrad::max_pool2d_with_indices_backward",
+    "poolgrad::avg_pool2d", "poolgrad::avg_pool2d_backward",
+    "poolgrad::adaptive_max_pool2d", "poolgrad::adaptive_max_pool2d_backward",
+}
+
+
+class Trainer:
+    """One model, its optimizer and a fixed batch; :meth:`step` runs one training step."""
+
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
+        self.model, self.x, self.target = model, x, target
+        self.opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step(self) -> float:
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(self.x), self.target)
+        loss.backward()
+        self.opt.step()
+        return time.perf_counter() - t0
+
+    def profiled_step(self) -> tuple[float, float, dict[str, float]]:
+        """(pooling seconds, step seconds, seconds per pooling operator) of one step under the profiler."""
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            wall = self.step()
+        ops = {e.key: e.cpu_time_total * 1e-6 for e in prof.key_averages() if e.key in POOL_EVENTS}
+        return sum(ops.values()), wall, ops
+
+
+def run_config(name: str, channels_last: bool, threads: int, args: argparse.Namespace) -> dict:
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = MODELS[name](num_classes=1000)
+    x = torch.randn(args.batch, 3, args.size, args.size)
+    target = torch.randint(0, 1000, (args.batch,))
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    converted = pt.convert(model)
+    pair = {"original": Trainer(model, x, target), "poolgrad": Trainer(converted, x, target)}
+    times: dict[str, list[float]] = {k: [] for k in pair}
+    for rep in range(args.warmup + args.reps):
+        order = list(pair) if rep % 2 == 0 else list(pair)[::-1]
+        for k in order:
+            t = pair[k].step()
+            if rep >= args.warmup:
+                times[k].append(t)
+    row = {"model": name, "format": "channels_last" if channels_last else "NCHW", "threads": threads,
+           "batch": args.batch, "size": args.size, "reps": args.reps}
+    for k, trainer in pair.items():
+        pool, wall, ops = trainer.profiled_step()
+        row[f"{k}_s"] = statistics.median(times[k])
+        row[f"{k}_all_s"] = times[k]
+        row[f"{k}_pool_share"] = pool / wall
+        row[f"{k}_pool_s"] = pool
+        row[f"{k}_pool_ops_s"] = ops
+    row["speedup"] = row["original_s"] / row["poolgrad_s"]
+    return row
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | format | thr | original step s | converted step s | speed-up | pooling share (orig) | "
+             "pooling share (conv) | pooling s orig -> conv (profiled) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['format']} | {r['threads']} | {r['original_s']:.2f} | "
+                     f"{r['poolgrad_s']:.2f} | {r['speedup']:.2f}x | {100 * r['original_pool_share']:.1f}% | "
+                     f"{100 * r['poolgrad_pool_share']:.1f}% | {r['original_pool_s']:.3f} -> "
+                     f"{r['poolgrad_pool_s']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--formats", nargs="*", default=["NCHW", "channels_last"], choices=["NCHW", "channels_last"])
+    parser.add_argument("--threads", type=int, nargs="*", default=None, help="default: 1 and all cores")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--size", type=int, default=224, help="image height and width")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--json", help="append each configuration's row to this JSON file (a list)")
+    parser.add_argument("--markdown", action="store_true", help="print the Markdown table at the end")
+    args = parser.parse_args(argv)
+    threads = args.threads or sorted({1, os.cpu_count() or 1})
+    rows: list[dict] = []
+    if args.json and os.path.exists(args.json):
+        with open(args.json) as f:
+            rows = json.load(f)
+    for th in threads:
+        for fmt in args.formats:
+            for name in args.models:
+                row = run_config(name, fmt == "channels_last", th, args)
+                rows.append(row)
+                print(f"{name:14s} {fmt:13s} {th}t original {row['original_s']:.3f}s poolgrad "
+                      f"{row['poolgrad_s']:.3f}s speed-up {row['speedup']:.2f}x pooling share "
+                      f"{100 * row['original_pool_share']:.1f}% -> {100 * row['poolgrad_pool_share']:.1f}%",
+                      flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(rows, f, indent=1)
+    if args.markdown:
+        print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,391 @@
+"""poolgrad's pooling operators registered with ``torch.library`` (namespace ``poolgrad``).
+
+Six custom operators, each a thin bridge from CPU tensors to poolgrad's public NumPy API:
+
+* ``poolgrad::max_pool2d_with_indices`` / ``poolgrad::max_pool2d_with_indices_backward``
+* ``poolgrad::adaptive_max_pool2d`` / ``poolgrad::adaptive_max_pool2d_backward``
+* ``poolgrad::avg_pool2d`` / ``poolgrad::avg_pool2d_backward``
+
+Every operator has a fake kernel (shape and stride inference, so ``torch.compile(fullgraph=True)`` and
+``torch.export`` can trace through it) and an autograd formula. The backwards are differentiable themselves: the
+max and adaptive backwards scatter ``grad_output`` to the saved indices, so their gradient with respect to
+``grad_output`` is a gather of the incoming gradient at those indices; the average backward is the transpose of
+the average forward, so its gradient is an average pooling with the same parameters.
+
+Tensors reach poolgrad as NumPy views (no copies): a channels-last 4-D tensor is passed as its NHWC permutation
+with ``layout="NHWC"``, a bfloat16 tensor is reinterpreted as int16 and then viewed as ``poolgrad.bfloat16``.
+Results come back with ``torch.from_numpy`` (sharing memory) in the input's memory format.
+
+The thread count (``torch.get_num_threads()``) and the determinism switch
+(``torch.are_deterministic_algorithms_enabled()``) are read when a kernel runs, not when a graph is traced, so a
+compiled model follows later changes of either.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+import poolgrad as pg
+
+__all__ = ["is_channels_last", "check_cpu", "output_strides"]
+
+Tensor = torch.Tensor
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tensor <-> NumPy bridge
+# --------------------------------------------------------------------------------------------------------------
+
+def is_channels_last(t: Tensor) -> bool:
+    """True when ``t`` is a 4-D tensor stored channels-last and not also plain contiguous.
+
+    A tensor that is both (size-1 dimensions make that possible) counts as contiguous, so the choice never
+    depends on strides of size-1 dimensions. The fake kernels and the real ones use this one rule, so the
+    strides a compiled graph expects are the strides it gets.
+    """
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def check_cpu(t: Tensor, name: str) -> None:
+    """Raise :class:`poolgrad.ParamInvalidError` naming ``name`` unless ``t`` lives on the CPU.
+
+    poolgrad's kernels read host memory; copying a device tensor to the host behind the user's back would hide
+    a transfer that usually costs more than the pooling itself, so the caller decides.
+    """
+    if t.device.type != "cpu":
+        raise pg.ParamInvalidError(
+            f"{name}: poolgrad.torch runs on CPU tensors only, got a tensor on device '{t.device}'; move it "
+            f"with .cpu() or use torch.nn.functional's pooling for this device")
+
+
+def output_strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
+    """The strides ``torch.empty(shape, memory_format=...)`` gives: dense, channels-last order for 4-D when asked.
+
+    Sizes of 0 count as 1, as PyTorch computes them.
+    """
+    n = len(shape)
+    order = (1, 3, 2, 0) if channels_last and n == 4 else tuple(range(n - 1, -1, -1))
+    strides = [0] * n
+    step = 1
+    for d in order:
+        strides[d] = step
+        step *= max(int(shape[d]), 1)
+    return tuple(strides)
+
+
+def _numpy_view(t: Tensor, channels_last: bool) -> np.ndarray:
+    """A NumPy view of ``t`` (NHWC order when ``channels_last``); bfloat16 travels as int16 bits, viewed back."""
+    t = t.detach()
+    if channels_last:
+        t = t.permute(0, 2, 3, 1)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(pg.bfloat16)
+    return t.numpy()
+
+
+def _tensor_view(a: np.ndarray, channels_last: bool) -> Tensor:
+    """The tensor sharing ``a``'s memory (NHWC ``a`` comes back as a channels-last NCHW tensor)."""
+    if a.dtype == pg.bfloat16:
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    if channels_last:
+        t = t.permute(0, 3, 1, 2)
+    return t
+
+
+def _in_format(t: Tensor, channels_last: bool) -> Tensor:
+    """``t`` with exactly the strides the fake kernel promised (a copy only when poolgrad chose other strides).
+
+    poolgrad's outputs follow the input's memory order, so for contiguous and channels-last inputs this is the
+    identity; inputs with other strides (slices, transposes) get a dense result here.
+    """
+    want = output_strides(t.shape, channels_last)
+    if t.stride() == want:
+        return t
+    out = torch.empty_strided(t.shape, want, dtype=t.dtype)
+    out.copy_(t)
+    return out
+
+
+def _layout(channels_last: bool) -> str:
+    return "NHWC" if channels_last else "NCHW"
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The NumPy dtype poolgrad sees for a tensor of ``dtype`` (for the zero-batch shape checks of fake kernels)."""
+    # A table, not torch.empty(0, dtype=dtype).numpy(): inside a fake kernel every new tensor is a fake one.
+    known = _NUMPY_DTYPES.get(dtype)
+    if known is not None:
+        return known
+    raise pg.ParamInvalidError(f"x: expected dtype one of (float32, float64, float16, bfloat16), got {dtype}")
+
+
+_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+                 torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(pg.bfloat16)}
+
+
+def _concrete(*sizes: object) -> bool:
+    return all(isinstance(s, int) for s in sizes)
+
+
+def _probe(t: Tensor) -> np.ndarray:
+    """An empty (batch 0) NumPy array with ``t``'s channels, plane and dtype, in NCHW order.
+
+    poolgrad validates every parameter and computes the output size for a batch of 0 without any work, so fake
+    kernels ask it, and a traced graph fails on exactly the inputs the eager call fails on, with the same
+    messages.
+    """
+    c, h, w = (int(s) for s in t.shape[-3:])
+    return np.empty((0, c, h, w), dtype=_numpy_dtype(t.dtype))
+
+
+def _pool_size(n: object, k: int, s: int, p: int, d: int, ceil_mode: bool) -> object:
+    """PyTorch's output size rule, written for symbolic sizes (dynamic shapes) where no probe can run."""
+    span = n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
+    out = span // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out = out - 1
+    return out
+
+
+def _out_shape(x: Tensor, hw: Sequence[object]) -> list[object]:
+    return [*x.shape[:-2], *hw]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# max_pool2d_with_indices
+# --------------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("poolgrad::max_pool2d_with_indices", mutates_args=())
+def max_pool2d_with_indices(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                            dilation: Sequence[int], ceil_mode: bool) -> tuple[Tensor, Tensor]:
+    """Max pooling forward with PyTorch's semantics; returns (values, int64 plane indices)."""
+    check_cpu(x, "input")
+    cl = is_channels_last(x)
+    y, idx = pg.max_pool2d_with_indices(_numpy_view(x, cl), kernel_size, stride, padding, dilation, ceil_mode,
+                                        layout=_layout(cl), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(y, cl), cl), _in_format(_tensor_view(idx, cl), cl)
+
+
+@max_pool2d_with_indices.register_fake
+def _max_pool2d_with_indices_fake(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
+                                  padding: Sequence[int], dilation: Sequence[int],
+                                  ceil_mode: bool) -> tuple[Tensor, Tensor]:
+    if _concrete(*x.shape):
+        y, _ = pg.max_pool2d_with_indices(_probe(x), kernel_size, stride, padding, dilation, ceil_mode)
+        hw = y.shape[-2:]
+    else:
+        hw = [_pool_size(x.shape[-2 + i], kernel_size[i], stride[i], padding[i], dilation[i], ceil_mode)
+              for i in range(2)]
+    shape = _out_shape(x, hw)
+    strides = output_strides(shape, is_channels_last(x))
+    return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=torch.int64)
+
+
+def _max_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    x, kernel_size, stride, padding, dilation, ceil_mode = inputs
+    _, idx = output
+    ctx.save_for_backward(x, idx)
+    ctx.params = (kernel_size, stride, padding, dilation, ceil_mode)
+    ctx.mark_non_differentiable(idx)
+    # Otherwise autograd fills a zero tensor of the indices' shape for their (never used) gradient every step.
+    ctx.set_materialize_grads(False)
+
+
+def _max_backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
+    if grad_y is None:                      # only the indices were used
+        return (None,) * 6
+    x, idx = ctx.saved_tensors
+    grad_x = max_pool2d_with_indices_backward(grad_y, x, idx, *ctx.params)
+    return grad_x, None, None, None, None, None
+
+
+max_pool2d_with_indices.register_autograd(_max_backward, setup_context=_max_setup)
+
+
+@torch.library.custom_op("poolgrad::max_pool2d_with_indices_backward", mutates_args=())
+def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Tensor, kernel_size: Sequence[int],
+                                     stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                                     ceil_mode: bool) -> Tensor:
+    """Gradient of :func:`max_pool2d_with_indices` with respect to ``x`` (a scatter-add to ``indices``)."""
+    check_cpu(grad_output, "grad_output")
+    check_cpu(x, "input")
+    check_cpu(indices, "indices")
+    cl = is_channels_last(x)
+    gx = pg.max_pool2d_with_indices_backward(
+        _numpy_view(grad_output, cl), _numpy_view(x, cl), _numpy_view(indices, cl), kernel_size, stride, padding,
+        dilation, ceil_mode, layout=_layout(cl), deterministic=torch.are_deterministic_algorithms_enabled(),
+        num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(gx, cl), cl)
+
+
+@max_pool2d_with_indices_backward.register_fake
+def _max_pool2d_with_indices_backward_fake(grad_output: Tensor, x: Tensor, indices: Tensor,
+                                           kernel_size: Sequence[int], stride: Sequence[int],
+                                           padding: Sequence[int], dilation: Sequence[int],
+                                           ceil_mode: bool) -> Tensor:
+    return x.new_empty_strided(x.shape, output_strides(x.shape, is_channels_last(x)))
+
+
+def _gather(grad: Tensor, idx: Tensor) -> Tensor:
+    """``grad`` read at the plane indices ``idx`` (the transpose of a scatter-add to ``idx``)."""
+    return grad.flatten(-2).gather(-1, idx.flatten(-2)).reshape(idx.shape)
+
+
+def _scatter_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.save_for_backward(inputs[2])
+
+
+def _scatter_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
+    (idx,) = ctx.saved_tensors
+    return (_gather(grad_grad_x, idx),) + (None,) * 7
+
+
+max_pool2d_with_indices_backward.register_autograd(_scatter_backward, setup_context=_scatter_setup)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# adaptive_max_pool2d
+# --------------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("poolgrad::adaptive_max_pool2d", mutates_args=())
+def adaptive_max_pool2d(x: Tensor, output_size: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Adaptive max pooling forward (PyTorch's windows); returns (values, int64 plane indices)."""
+    check_cpu(x, "input")
+    cl = is_channels_last(x)
+    y, idx = pg.adaptive_max_pool2d(_numpy_view(x, cl), output_size, layout=_layout(cl),
+                                    num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(y, cl), cl), _in_format(_tensor_view(idx, cl), cl)
+
+
+@adaptive_max_pool2d.register_fake
+def _adaptive_max_pool2d_fake(x: Tensor, output_size: Sequence[int]) -> tuple[Tensor, Tensor]:
+    if _concrete(*x.shape):
+        pg.adaptive_max_pool2d(_probe(x), output_size)
+    shape = _out_shape(x, output_size)
+    strides = output_strides(shape, is_channels_last(x))
+    return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=torch.int64)
+
+
+def _adaptive_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    _, idx = output
+    ctx.save_for_backward(inputs[0], idx)
+    ctx.mark_non_differentiable(idx)
+    ctx.set_materialize_grads(False)       # as in _max_setup
+
+
+def _adaptive_backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
+    if grad_y is None:
+        return None, None
+    x, idx = ctx.saved_tensors
+    return adaptive_max_pool2d_backward(grad_y, x, idx), None
+
+
+adaptive_max_pool2d.register_autograd(_adaptive_backward, setup_context=_adaptive_setup)
+
+
+@torch.library.custom_op("poolgrad::adaptive_max_pool2d_backward", mutates_args=())
+def adaptive_max_pool2d_backward(grad_output: Tensor, x: Tensor, indices: Tensor) -> Tensor:
+    """Gradient of :func:`adaptive_max_pool2d` with respect to ``x`` (a scatter-add to ``indices``)."""
+    check_cpu(grad_output, "grad_output")
+    check_cpu(x, "input")
+    check_cpu(indices, "indices")
+    cl = is_channels_last(x)
+    gx = pg.adaptive_max_pool2d_backward(
+        _numpy_view(grad_output, cl), _numpy_view(x, cl), _numpy_view(indices, cl), layout=_layout(cl),
+        deterministic=torch.are_deterministic_algorithms_enabled(), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(gx, cl), cl)
+
+
+@adaptive_max_pool2d_backward.register_fake
+def _adaptive_max_pool2d_backward_fake(grad_output: Tensor, x: Tensor, indices: Tensor) -> Tensor:
+    return x.new_empty_strided(x.shape, output_strides(x.shape, is_channels_last(x)))
+
+
+def _adaptive_scatter_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.save_for_backward(inputs[2])
+
+
+def _adaptive_scatter_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
+    (idx,) = ctx.saved_tensors
+    return _gather(grad_grad_x, idx), None, None
+
+
+adaptive_max_pool2d_backward.register_autograd(_adaptive_scatter_backward, setup_context=_adaptive_scatter_setup)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# avg_pool2d
+# --------------------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("poolgrad::avg_pool2d", mutates_args=())
+def avg_pool2d(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+               ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int]) -> Tensor:
+    """Average pooling forward with PyTorch's divisor rule."""
+    check_cpu(x, "input")
+    cl = is_channels_last(x)
+    y = pg.avg_pool2d(_numpy_view(x, cl), kernel_size, stride, padding, ceil_mode, count_include_pad,
+                      divisor_override, layout=_layout(cl), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(y, cl), cl)
+
+
+@avg_pool2d.register_fake
+def _avg_pool2d_fake(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                     ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int]) -> Tensor:
+    if _concrete(*x.shape):
+        y = pg.avg_pool2d(_probe(x), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        hw = y.shape[-2:]
+    else:
+        hw = [_pool_size(x.shape[-2 + i], kernel_size[i], stride[i], padding[i], 1, ceil_mode) for i in range(2)]
+    shape = _out_shape(x, hw)
+    return x.new_empty_strided(shape, output_strides(shape, is_channels_last(x)))
+
+
+def _avg_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.save_for_backward(inputs[0])
+    ctx.params = tuple(inputs[1:])
+
+
+def _avg_backward(ctx: Any, grad_y: Tensor) -> tuple:
+    (x,) = ctx.saved_tensors
+    return (avg_pool2d_backward(grad_y, x, *ctx.params),) + (None,) * 6
+
+
+avg_pool2d.register_autograd(_avg_backward, setup_context=_avg_setup)
+
+
+@torch.library.custom_op("poolgrad::avg_pool2d_backward", mutates_args=())
+def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
+                        padding: Sequence[int], ceil_mode: bool, count_include_pad: bool,
+                        divisor_override: Optional[int]) -> Tensor:
+    """Gradient of :func:`avg_pool2d` with respect to ``x`` (a gather, deterministic in both modes)."""
+    check_cpu(grad_output, "grad_output")
+    check_cpu(x, "input")
+    cl = is_channels_last(x)
+    gx = pg.avg_pool2d_backward(
+        _numpy_view(grad_output, cl), _numpy_view(x, cl), kernel_size, stride, padding, ceil_mode,
+        count_include_pad, divisor_override, layout=_layout(cl),
+        deterministic=torch.are_deterministic_algorithms_enabled(), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(gx, cl), cl)
+
+
+@avg_pool2d_backward.register_fake
+def _avg_pool2d_backward_fake(grad_output: Tensor, x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
+                              padding: Sequence[int], ceil_mode: bool, count_include_pad: bool,
+                              divisor_override: Optional[int]) -> Tensor:
+    return x.new_empty_strided(x.shape, output_strides(x.shape, is_channels_last(x)))
+
+
+def _avg_transpose_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.params = tuple(inputs[2:])
+
+
+def _avg_transpose_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
+    # The backward is the transpose of the (linear) forward, so its own gradient is the forward again.
+    return (avg_pool2d(grad_grad_x, *ctx.params),) + (None,) * 7
+
+
+avg_pool2d_backward.register_autograd(_avg_transpose_backward, setup_context=_avg_transpose_setup)
