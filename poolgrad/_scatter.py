@@ -30,11 +30,15 @@ def channel_inner(arr4: np.ndarray) -> bool:
 
 def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray,
                  row_lo: np.ndarray, row_hi: np.ndarray, deterministic: bool, nthreads: int,
-                 index_name: str = "indices", prezeroed: bool = False) -> None:
+                 index_name: str = "indices", prezeroed: bool = False, col_lo: np.ndarray | None = None,
+                 col_hi: np.ndarray | None = None) -> None:
     """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` over logical-NCHW views (``gx4`` dense in H/W).
 
     ``prezeroed``: ``gx4`` is known to be all zeros (freshly mapped memory, see ``buffers.take``), so the
     kernels skip zeroing it: a full write of grad_x saved.
+    ``col_lo``/``col_hi``: the column spans of the windows (as ``row_lo``/``row_hi`` for rows); given, a
+    channels-last problem may run as a gather over grad_x instead (``gather_backward_cl``: lanes over C, every
+    cell written once, the same bits as the deterministic scatter, in both modes).
 
     Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``.
     """
@@ -42,6 +46,16 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
     Ho = go4.shape[2]
     nthreads = threads_for(gx4.size + go4.size, nthreads)
     channel = channel_inner(gx4)
+    # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
+    # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
+    empty_window = bool(np.any(row_hi <= row_lo))
+    if channel and col_lo is not None and not empty_window and not np.any(col_hi <= col_lo):
+        bad = _max_pool_indices.gather_backward_cl(dt, it, gx4, go4, ind4, row_lo, row_hi, col_lo, col_hi,
+                                                   nthreads)
+        if bad is not None:
+            if bad:
+                _fallback(dt, it, go4, ind4, gx4, row_lo, row_hi, nthreads, index_name)
+            return
     units = N if channel else N * C                 # independent planes (or images, channels-last)
     row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
     narrow = dt in ("f16", "bf16")
@@ -72,25 +86,29 @@ def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.nd
         scratch = thread_rows(nthreads, rows * row_elems + widen, np.float32) if narrow else \
             np.empty((1, 1), np.float32)
     flags = np.zeros(units * (len(part) - 1), np.int8)
-    # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
-    # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
-    empty_window = bool(np.any(row_hi <= row_lo))
     if not empty_window:
         _max_pool_indices.scatter_backward(dt, it, gx4, go4, ind4, row_lo, row_hi, part, band_oa, band_ob,
                                            channel, not use_atomic, scratch, flags, nthreads,
                                            prezeroed)
     if empty_window or flags.any():
-        # Some index lies outside its window's rows (legal) or outside the plane (an error): redo every
-        # plane exactly and deterministically, range-checking as we go.
-        scratch = thread_rows(nthreads, H * W, np.float32) if narrow else np.empty((1, 1), np.float32)
-        badpos = np.empty(N * C, np.int64)
-        _max_pool_indices.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
-        bad = np.flatnonzero(badpos >= 0)
-        if bad.size:
-            plane = int(bad[0])
-            n, c = divmod(plane, C)
-            oh, ow = divmod(int(badpos[plane]), go4.shape[3])
-            value = int(ind4[n, c, oh, ow])
-            raise ParamInvalidError(
-                f"{index_name}: expected every index in [0, H*W) = [0, {H * W}), got {value} at position "
-                f"(n={n}, c={c}, oh={oh}, ow={ow})")
+        _fallback(dt, it, go4, ind4, gx4, row_lo, row_hi, nthreads, index_name)
+
+
+def _fallback(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, row_lo: np.ndarray,
+              row_hi: np.ndarray, nthreads: int, index_name: str) -> None:
+    """Some index lies outside its window (legal) or outside the plane (an error): redo every plane exactly
+    and deterministically, range-checking as we go; raises ParamInvalidError naming the first bad index."""
+    N, C, H, W = gx4.shape
+    narrow = dt in ("f16", "bf16")
+    scratch = thread_rows(nthreads, H * W, np.float32) if narrow else np.empty((1, 1), np.float32)
+    badpos = np.empty(N * C, np.int64)
+    _max_pool_indices.scatter_fallback(dt, it, gx4, go4, ind4, row_lo, row_hi, scratch, badpos, nthreads)
+    bad = np.flatnonzero(badpos >= 0)
+    if bad.size:
+        plane = int(bad[0])
+        n, c = divmod(plane, C)
+        oh, ow = divmod(int(badpos[plane]), go4.shape[3])
+        value = int(ind4[n, c, oh, ow])
+        raise ParamInvalidError(
+            f"{index_name}: expected every index in [0, H*W) = [0, {H * W}), got {value} at position "
+            f"(n={n}, c={c}, oh={oh}, ow={ow})")

@@ -272,7 +272,8 @@ def scatter_backward(grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray
     target = kernel_output(gx4)
     scatter_grad(dt, it, kernel_view(kernel_input(to_nchw(grad_output, layout))),
                  kernel_input(to_nchw(indices, layout)), kernel_view(target),
-                 win_h["lo"], win_h["hi"], det, nthreads, prezeroed=fresh_zeros and target is gx4)
+                 win_h["lo"], win_h["hi"], det, nthreads, prezeroed=fresh_zeros and target is gx4,
+                 col_lo=win_w["lo"], col_hi=win_w["hi"])
     if target is not gx4:
         gx4[...] = target
     return gx

@@ -168,3 +168,113 @@ def test_paths_taken(monkeypatch, adaptive):
     run_nchw = pg.adaptive_max_pool2d if adaptive else pg.max_pool2d_with_indices
     run_nchw(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), 2)
     assert taken == ["channels_last", "windows" if adaptive else "rows", "windows" if adaptive else "rows"]
+
+
+# ---------------------------------------------------------------- backward: the channels-last gather
+
+@contextlib.contextmanager
+def gather_limit(limit: float) -> Iterator[None]:
+    """Set the window overlap up to which the channels-last gather runs: -1 never, 1e9 always."""
+    saved = _max_pool_indices.GATHER_MAX_COVER
+    _max_pool_indices.GATHER_MAX_COVER = limit
+    try:
+        yield
+    finally:
+        _max_pool_indices.GATHER_MAX_COVER = saved
+
+
+def _backward_all_paths(go: np.ndarray, x: np.ndarray, ind: np.ndarray, cfg: tuple | None, **kw) -> list:
+    """grad_x from the gather (forced on) and from the scatter (gather off), each as raw bits."""
+    out = []
+    for limit in (1e9, -1):
+        with gather_limit(limit):
+            if cfg is None:
+                gx = pg.adaptive_max_pool2d_backward(go, x, ind, layout="NHWC", **kw)
+            else:
+                _, _, _, k, s, p, d, ceil = cfg
+                gx = pg.max_pool2d_with_indices_backward(go, x, ind, k, s, p, d, ceil, layout="NHWC", **kw)
+        out.append(gx)
+    return out
+
+
+@pytest.mark.parametrize("cfg", CASES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_backward_gather_matches_scatter_and_reference(cfg, dtype):
+    C, H, W, k, s, p, d, ceil = cfg
+    rng = np.random.default_rng(C + 7 * H)
+    x4 = pgtest.random_values(rng, (2, C, H, W), dtype, "ties")
+    x = _nhwc(x4)
+    for index_dtype in (np.int32, np.int64):
+        y, ind = pg.max_pool2d_with_indices(x, k, s, p, d, ceil, layout="NHWC", index_dtype=index_dtype)
+        go = pgtest.random_values(rng, y.shape, dtype, "normal")
+        go.reshape(-1)[::7] = -0.0                      # -0.0 + nothing must still store +0.0 bits
+        ref = slow.max_pool2d_with_indices_backward(pgtest.from_layout(go, "NHWC"), x4.shape,
+                                                    pgtest.from_layout(ind, "NHWC"))
+        for det in (True, False):
+            for threads in (1, 2, 3):
+                gather, scatter = _backward_all_paths(go, x, ind, cfg, deterministic=det, num_threads=threads)
+                if det or dtype.itemsize == 2:           # 16-bit is always deterministic
+                    np.testing.assert_array_equal(_bits(gather), _bits(scatter))
+                np.testing.assert_allclose(pgtest.as64(pgtest.from_layout(gather, "NHWC")), ref,
+                                           **pgtest.tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("out_hw", [(7, 7), (3, 5), (20, 11), (1, 1)])
+def test_backward_gather_adaptive(dtype, out_hw):
+    rng = np.random.default_rng(5)
+    x4 = pgtest.random_values(rng, (2, 37, 14, 9), dtype, "ties")
+    x = _nhwc(x4)
+    y, ind = pg.adaptive_max_pool2d(x, out_hw, layout="NHWC")
+    go = pgtest.random_values(rng, y.shape, dtype, "nan")
+    for threads in (1, 2, 4):
+        gather, scatter = _backward_all_paths(go, x, ind, None, deterministic=True, num_threads=threads)
+        np.testing.assert_array_equal(_bits(gather), _bits(scatter))
+    ref = slow.adaptive_max_pool2d_backward(pgtest.from_layout(go, "NHWC"), x4.shape,
+                                            pgtest.from_layout(ind, "NHWC"))
+    np.testing.assert_allclose(pgtest.as64(pgtest.from_layout(gather, "NHWC")), ref, **pgtest.tolerance(dtype))
+
+
+@pytest.mark.parametrize("where", ["other_column", "other_row", "corner"])
+def test_backward_gather_index_outside_window(where):
+    """An in-plane index outside its own window (legal) is missed by the gather's hit count, which sends the
+    problem to the exact pass: the result is the scatter's."""
+    cfg = (40, 8, 8, (2, 2), (2, 2), (0, 0), (1, 1), False)
+    rng = np.random.default_rng(1)
+    x = _nhwc(pgtest.random_values(rng, (2, 40, 8, 8), np.float32, "normal"))
+    y, ind = pg.max_pool2d_with_indices(x, 2, layout="NHWC")
+    ind = ind.copy()
+    ind[1, 2, 1, 33] = {"other_column": 2 * 8 + 7, "other_row": 7 * 8 + 2, "corner": 63}[where]
+    go = pgtest.random_values(rng, y.shape, np.float32, "normal")
+    gather, scatter = _backward_all_paths(go, x, ind, cfg, deterministic=True, num_threads=2)
+    np.testing.assert_array_equal(gather, scatter)
+    ref = slow.max_pool2d_with_indices_backward(pgtest.from_layout(go, "NHWC"), (2, 40, 8, 8),
+                                                pgtest.from_layout(ind, "NHWC"))
+    np.testing.assert_allclose(pgtest.from_layout(gather, "NHWC"), ref, rtol=1e-6)
+
+
+def test_backward_gather_bad_index_message():
+    """An index outside the plane raises the same error, naming the same position, on both paths."""
+    x = np.zeros((1, 4, 4, 40), np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 2, layout="NHWC")
+    ind = ind.copy()
+    ind[0, 1, 0, 5] = 16
+    messages = []
+    for limit in (1e9, -1):
+        with gather_limit(limit), pytest.raises(pg.ParamInvalidError) as err:
+            pg.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, 2, layout="NHWC")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "got 16 at position (n=0, c=5, oh=1, ow=0)" in messages[0]
+
+
+def test_backward_gather_path_taken(monkeypatch):
+    """The gather runs for non-overlapping channels-last windows and declines (None) otherwise."""
+    taken = []
+    fn = _max_pool_indices.gather_backward_cl
+    monkeypatch.setattr(_max_pool_indices, "gather_backward_cl", lambda *a: taken.append(fn(*a)) or taken[-1])
+    x = np.zeros((2, 6, 6, 40), np.float32)
+    for k, s in ((2, 2), (3, 1)):
+        y, ind = pg.max_pool2d_with_indices(x, k, s, layout="NHWC")
+        pg.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, k, s, layout="NHWC")
+    assert taken == [False, None]
