@@ -25,10 +25,10 @@
 #include "pg_isa.h"
 #include "pg_cl_argmax.h"
 
-#define PG_CL_GATHER_BLOCK(DT, T, ACC, IT, NL, BMAX, SKIP)                                                \
+#define PG_CL_GATHER_BLOCK(DT, T, ACC, IT, NL, SKIP)                                                      \
     do {                                                                                                  \
-        ACC acc[BMAX];                                                                                    \
-        int32_t hit[BMAX];                                                                                \
+        ACC acc[NL];                                                                                      \
+        int32_t hit[NL];                                                                                  \
         for (Py_ssize_t l = 0; l < (NL); l++) {                                                           \
             acc[l] = 0;                                                                                   \
             hit[l] = 0;                                                                                   \
@@ -50,7 +50,9 @@
     } while (0)
 
 /* grad_x row ih of one image: gx points at (n, ih, 0, 0) (cell stride gx_w, channel stride 1), go and ind at
- * image n (channel stride 1).  Output rows [oa, ob) cover ih; output columns [owa[iw], owb[iw]) cover iw.
+ * image n (channel stride 1), C >= B (whole B-lane blocks, for the reasons given in pg_cl_argmax.h; a partial
+ * last block is redone from C - B: the overlapping lanes get the same sums, and their hits are not counted
+ * twice).  Output rows [oa, ob) cover ih; output columns [owa[iw], owb[iw]) cover iw.
  * Returns the number of hits (see above). */
 #define PG_CL_GATHER_ROW(SFX, DT, T, ACC, IT, INAME, B)                                                   \
 static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                                                       \
@@ -62,17 +64,10 @@ static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                             
     for (Py_ssize_t iw = 0; iw < W; iw++) {                                                               \
         IT cell = (IT)(ih * W + iw);                                                                      \
         int64_t wa = owa[iw], wb = owb[iw];                                                               \
-        if (C < B) {                                                                                      \
-            Py_ssize_t c = 0;                                                                             \
-            T *gxc = gx + iw * gx_w;                                                                      \
-            PG_CL_GATHER_BLOCK(DT, T, ACC, IT, C, B, 0);                                                  \
-            continue;                                                                                     \
-        }                                                                                                 \
         for (Py_ssize_t c0 = 0; c0 < C; c0 += B) {                                                        \
-            /* a partial last block is redone from C - B: the overlapping lanes get the same sums */      \
             Py_ssize_t c = c0 + B <= C ? c0 : C - B;                                                      \
             T *gxc = gx + iw * gx_w + c;                                                                  \
-            PG_CL_GATHER_BLOCK(DT, T, ACC, IT, B, B, c0 - c);                                             \
+            PG_CL_GATHER_BLOCK(DT, T, ACC, IT, B, c0 - c);                                                \
         }                                                                                                 \
     }                                                                                                     \
     return hits;                                                                                          \

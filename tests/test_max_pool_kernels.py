@@ -15,16 +15,19 @@ import poolgrad as pg
 from poolgrad import _max_pool_indices, slow
 from pgtest import DTYPES, DTYPE_IDS
 
-# (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts below, at and around the 32-lane
-# block (16 for float64) and the CL_MIN_C threshold; windows with padding, dilation, ceil_mode, overlap
+# (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts at and around the 32-lane block (16
+# for float64; CL_MIN_C is 32), odd, not multiples of the block; windows with padding, dilation, ceil_mode,
+# overlap; one below the threshold (the old kernels on both sides)
 CASES = [
-    (8, 9, 11, (3, 3), (2, 2), (1, 1), (1, 1), False),
-    (13, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True),
-    (31, 8, 9, (2, 2), (2, 2), (0, 0), (1, 1), True),
+    (40, 9, 11, (3, 3), (2, 2), (1, 1), (1, 1), False),
+    (45, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True),
+    (63, 8, 9, (2, 2), (2, 2), (0, 0), (1, 1), True),
+    (31, 6, 5, (2, 2), (2, 2), (0, 0), (1, 1), True),
     (32, 10, 10, (3, 2), (2, 1), (1, 1), (1, 1), False),
     (33, 9, 8, (3, 3), (2, 3), (2, 1), (2, 1), True),
     (48, 6, 7, (2, 3), (3, 1), (1, 1), (3, 2), True),
     (70, 5, 5, (5, 5), (1, 1), (2, 2), (1, 1), False),
+    (97, 6, 6, (2, 2), (2, 2), (0, 0), (1, 1), False),
     (64, 4, 4, (4, 4), (4, 4), (0, 0), (1, 1), False),
 ]
 KINDS = ["normal", "ties", "nan"]
@@ -278,3 +281,15 @@ def test_backward_gather_path_taken(monkeypatch):
         y, ind = pg.max_pool2d_with_indices(x, k, s, layout="NHWC")
         pg.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, k, s, layout="NHWC")
     assert taken == [False, None]
+
+
+@pytest.mark.parametrize("C", [64, 100, 161])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_forward_channel_groups(C, dtype):
+    """Batch 1 with few output rows: each row's channels are split into groups of whole blocks (the last group
+    also takes the partial block), one work item each."""
+    rng = np.random.default_rng(C)
+    x4 = pgtest.random_values(rng, (1, C, 4, 5), dtype, "ties")
+    for cfg in ((C, 4, 5, (2, 2), (2, 2), (0, 0), (1, 1), False), (C, 4, 5, (3, 3), (1, 1), (1, 1), (1, 1), True)):
+        for threads in (1, 2, 4, 7):
+            _check_forward(_nhwc(x4), x4, cfg, np.int32, threads, reference=threads == 2)
