@@ -27,11 +27,18 @@
 #include "pg_dtype.h"
 #include "pg_isa.h"
 
-/* Lanes per block: two AVX-512 registers of 32-bit values (one of float64's, whose block is half as many
- * lanes).  Two independent registers per compare-select chain hide its latency; measured on 8x64x112x112
- * k3s2p1 float32 at one thread, 16 lanes took 1.2x the time of 32, and 64 lanes were no faster than 32. */
+/* Lanes per block: 32 for every type (two AVX-512 registers of float32 and int32 lanes, four of float64 and
+ * int64).  GCC vectorises these fixed-length lane loops well only when they are at least two vectors long:
+ * shorter ones it breaks up into single-lane extracts.  Measured on 8x112x112x64 k3s2p1 float32 at one thread
+ * (minimum of 20 runs, loaded machine): 16 lanes 152 ms, 32 lanes 3.8 ms, 64 lanes 4.4 ms; float64 with 16
+ * lanes (one int64 vector pair) ran 10x the time of the row kernel it replaces.  Both overridable at build
+ * time (-DPG_CL_LANES=...) for such experiments. */
+#ifndef PG_CL_LANES
 #define PG_CL_LANES 32
-#define PG_CL_LANES_F64 16
+#endif
+#ifndef PG_CL_LANES_F64
+#define PG_CL_LANES_F64 32
+#endif
 
 /* Exact narrowing of a float32 that holds a widened float16 (pg_f16_to_f32 is injective): the rounding
  * conversion is exact on such values except that it sets the quiet bit of a NaN, so NaNs are rebuilt from

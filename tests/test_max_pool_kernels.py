@@ -15,8 +15,8 @@ import poolgrad as pg
 from poolgrad import _max_pool_indices, slow
 from pgtest import DTYPES, DTYPE_IDS
 
-# (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts at and around the 32-lane block (16
-# for float64; CL_MIN_C is 32), odd, not multiples of the block; windows with padding, dilation, ceil_mode,
+# (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts at and around the 32-lane block
+# (CL_MIN_C is 32), odd, not multiples of the block; windows with padding, dilation, ceil_mode,
 # overlap; one below the threshold (the old kernels on both sides)
 CASES = [
     (40, 9, 11, (3, 3), (2, 2), (1, 1), (1, 1), False),
