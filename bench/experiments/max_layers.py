@@ -195,7 +195,8 @@ def main(argv=None) -> int:
                         rows.append(r)
                         print(f"{r['layer']:18} {r['batch']:>2} {r['layout']:6} {r['threads']:>1} {r['op']:3} "
                               f"{r['torch_us']:9.1f} {r['pg_kernel_us']:9.1f} {r['pg_api_us']:9.1f} "
-                              f"{r['ratio_kernel']:6.2f} {r['ratio_api']:6.2f} {r['ratio_kernel_min']:6.2f}", flush=True)
+                              f"{r['ratio_kernel']:6.2f} {r['ratio_api']:6.2f} {r['ratio_kernel_min']:6.2f}",
+                              flush=True)
     print("\ngeometric means of torch/poolgrad (kernel, api), and the worst kernel ratio:")
     for layout in a.layouts:
         for op in a.ops:
