@@ -27,7 +27,8 @@ class ScatterPlan:
     window tables, the mode and the thread count, never on the data); :meth:`run` executes it."""
 
     def __init__(self, dt: str, it: str, go4: np.ndarray, gx4: np.ndarray, row_lo: np.ndarray,
-                 row_hi: np.ndarray, deterministic: bool, nthreads: int, index_name: str = "indices") -> None:
+                 row_hi: np.ndarray, deterministic: bool, nthreads: int, index_name: str = "indices",
+                 col_lo: np.ndarray | None = None, col_hi: np.ndarray | None = None) -> None:
         N, C, H, W = gx4.shape
         Ho = go4.shape[2]
         self.dt, self.it, self.row_lo, self.row_hi, self.index_name = dt, it, row_lo, row_hi, index_name
@@ -67,6 +68,12 @@ class ScatterPlan:
         # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
         # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
         self.empty_window = bool(np.any(row_hi <= row_lo))
+        # With the windows' column spans, a channels-last problem may run as a gather over grad_x instead
+        # (``gather_backward_cl``: lanes over C, every cell written once, the same bits as the deterministic
+        # scatter, in both modes); the kernel declines (None) where it does not apply, and the plan remembers.
+        self.gather = (channel and col_lo is not None and not self.empty_window
+                       and not np.any(col_hi <= col_lo))
+        self.col_lo, self.col_hi = col_lo, col_hi
         elems = self.scratch_elems
         self.scratch = ScratchPool((lambda: thread_rows(self.nthreads, elems, np.float32)) if elems else _no_scratch)
 
@@ -74,6 +81,14 @@ class ScatterPlan:
         """``gx4 = 0; gx4[n, c, flat(ind4)] += go4`` (``prezeroed``: ``gx4`` is known to be all zeros).
 
         Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``."""
+        if self.gather:
+            bad = _max_pool_indices.gather_backward_cl(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
+                                                       self.col_lo, self.col_hi, self.nthreads)
+            if bad is not None:
+                if bad:
+                    self.fallback(go4, ind4, gx4)
+                return
+            self.gather = False
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
             scratch = self.scratch.take()
@@ -111,7 +126,8 @@ def _no_scratch() -> np.ndarray:
 
 def scatter_grad(dt: str, it: str, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray,
                  row_lo: np.ndarray, row_hi: np.ndarray, deterministic: bool, nthreads: int,
-                 index_name: str = "indices", prezeroed: bool = False) -> None:
+                 index_name: str = "indices", prezeroed: bool = False, col_lo: np.ndarray | None = None,
+                 col_hi: np.ndarray | None = None) -> None:
     """Plan and run one scatter (see :class:`ScatterPlan`) over logical-NCHW views (``gx4`` dense in H/W)."""
-    ScatterPlan(dt, it, go4, gx4, row_lo, row_hi, deterministic, nthreads, index_name).run(go4, ind4, gx4,
-                                                                                          prezeroed)
+    ScatterPlan(dt, it, go4, gx4, row_lo, row_hi, deterministic, nthreads, index_name, col_lo,
+                col_hi).run(go4, ind4, gx4, prezeroed)

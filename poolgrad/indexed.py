@@ -147,6 +147,7 @@ class ScatterBackwardPlan:
         if out is not None:
             prepare_out(out, x, [("grad_output", grad_output), ("x", x), ("indices", indices)])
         self.layout, self.dt, self.it, self.row_lo, self.row_hi = layout, dt, it, win_h["lo"], win_h["hi"]
+        self.col_lo, self.col_hi = win_w["lo"], win_w["hi"]
         self.order = OutputLayout(x, x.shape)
         self.scatter: ScatterPlan | None = None     # planned on the first run, from the kernel views' strides
 
@@ -177,7 +178,7 @@ class ScatterBackwardPlan:
         gxk = kernel_view(target)
         if scatter is None:
             scatter = self.scatter = ScatterPlan(self.dt, self.it, gok, gxk, self.row_lo, self.row_hi, self.det,
-                                                 self.nthreads)
+                                                 self.nthreads, col_lo=self.col_lo, col_hi=self.col_hi)
         scatter.run(gok, ind4, gxk, prezeroed=fresh_zeros and direct_out)
         if not direct_out:
             gx4[...] = target

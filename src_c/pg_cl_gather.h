@@ -1,0 +1,126 @@
+/* Channels-last max-pooling backward as a gather (poolgrad/_max_pool_indices.pyx): vector lanes over C.
+ *
+ * grad_x[n, ih, iw, c] is the sum, over the outputs (oh, ow) whose window span covers (ih, iw), in output
+ * row-major order, of grad_output[n, oh, ow, c] where indices[n, oh, ow, c] == ih * W + iw.  For one input
+ * pixel and a block of channels that is a short loop over the (few) covering outputs of contiguous loads,
+ * compares and masked adds, all lanes at once; every grad_x cell is written exactly once, so there is no zeroing
+ * pass and no read-modify-write of grad_x (the scatter writes grad_x twice: zeros, then the hits).
+ *
+ * Bits: the scatter computes ((0 + g1) + g2) + ... over the hits in output row-major order; the gather adds the
+ * same terms in the same order, plus +0.0 for every covering output that does not hit.  x + (+0.0) == x for
+ * every x but -0.0, and a sum that starts at +0.0 never becomes -0.0 under round-to-nearest, so the results
+ * are the scatter's bit for bit (16-bit types: float64 sums, one rounding on the store by pg_avg.h's
+ * round-to-odd narrowing, as the scatter).
+ * An index outside its own window's span would be missed.  So the kernel also counts the hits: an index inside
+ * its span hits exactly one (cell, covering output) pair of the gather, any other index none, so the total is
+ * N * Ho * Wo * C exactly when every index is inside its span (otherwise the caller reruns the exact
+ * plane-by-plane pass).  Counting costs one vector add per compare; a separate per-output span check cost as
+ * much as the gather itself (43% of the time on 8x56x56x256 k2s2, measured with perf).
+ *
+ * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (pg_cpu_isa() picks one); every
+ * variant performs the same IEEE operations in the same order.  Needs Py_ssize_t (Python.h). */
+#ifndef PG_CL_GATHER_H
+#define PG_CL_GATHER_H
+#include <stdint.h>
+#include "pg_dtype.h"
+#include "pg_isa.h"
+#include "pg_cl_argmax.h"
+#include "pg_avg.h"
+
+#define PG_CL_GATHER_BLOCK(DT, T, ACC, STORE, IT, NL, SKIP)                                                      \
+    do {                                                                                                  \
+        ACC acc[NL];                                                                                      \
+        int32_t hit[NL];                                                                                  \
+        for (Py_ssize_t l = 0; l < (NL); l++) {                                                           \
+            acc[l] = 0;                                                                                   \
+            hit[l] = 0;                                                                                   \
+        }                                                                                                 \
+        for (int64_t oh = oa; oh < ob; oh++) {                                                            \
+            for (int64_t ow = wa; ow < wb; ow++) {                                                        \
+                const IT *ip = ind + oh * ix_h + ow * ix_w + c;                                           \
+                const T *gp = go + oh * go_h + ow * go_w + c;                                             \
+                for (Py_ssize_t l = 0; l < (NL); l++) {                                                   \
+                    ACC g = pg_load_##DT(gp[l]);                                                          \
+                    acc[l] += ip[l] == cell ? g : (ACC)0;                                                 \
+                    hit[l] += ip[l] == cell;                                                              \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        for (Py_ssize_t l = 0; l < (NL); l++) gxc[l] = STORE(acc[l]);                             \
+        /* lanes below SKIP were done by the previous block (overlapping last block): not counted twice */ \
+        for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                        \
+    } while (0)
+
+/* grad_x row ih of one image: gx points at (n, ih, 0, 0) (cell stride gx_w, channel stride 1), go and ind at
+ * image n (channel stride 1), C >= B (whole B-lane blocks, for the reasons given in pg_cl_argmax.h; a partial
+ * last block is redone from C - B: the overlapping lanes get the same sums, and their hits are not counted
+ * twice).  Output rows [oa, ob) cover ih; output columns [owa[iw], owb[iw]) cover iw.
+ * Returns the number of hits (see above). */
+#define PG_CL_GATHER_ROW(SFX, DT, T, ACC, STORE, IT, INAME, B)                                                   \
+static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                                                       \
+    T *restrict gx, Py_ssize_t gx_w, const T *restrict go, Py_ssize_t go_h, Py_ssize_t go_w,              \
+    const IT *restrict ind, Py_ssize_t ix_h, Py_ssize_t ix_w, Py_ssize_t C, Py_ssize_t W, int64_t ih,     \
+    int64_t oa, int64_t ob, const int64_t *owa, const int64_t *owb)                                       \
+{                                                                                                         \
+    int64_t hits = 0;                                                                                     \
+    for (Py_ssize_t iw = 0; iw < W; iw++) {                                                               \
+        IT cell = (IT)(ih * W + iw);                                                                      \
+        int64_t wa = owa[iw], wb = owb[iw];                                                               \
+        for (Py_ssize_t c0 = 0; c0 < C; c0 += B) {                                                        \
+            Py_ssize_t c = c0 + B <= C ? c0 : C - B;                                                      \
+            T *gxc = gx + iw * gx_w + c;                                                                  \
+            PG_CL_GATHER_BLOCK(DT, T, ACC, STORE, IT, B, c0 - c);                                                \
+        }                                                                                                 \
+    }                                                                                                     \
+    return hits;                                                                                          \
+}
+
+#define PG_CL_GATHER_ISA(SFX)                                                                             \
+PG_CL_GATHER_ROW(SFX, f32, float, float, pg_store_f32, int32_t, i32, PG_CL_LANES)                                       \
+PG_CL_GATHER_ROW(SFX, f32, float, float, pg_store_f32, int64_t, i64, PG_CL_LANES)                                       \
+PG_CL_GATHER_ROW(SFX, f64, double, double, pg_store_f64, int32_t, i32, PG_CL_LANES_F64)                                 \
+PG_CL_GATHER_ROW(SFX, f64, double, double, pg_store_f64, int64_t, i64, PG_CL_LANES_F64)                                 \
+PG_CL_GATHER_ROW(SFX, f16, uint16_t, double, pg_avg_store_f16, int32_t, i32, PG_CL_LANES)                                    \
+PG_CL_GATHER_ROW(SFX, f16, uint16_t, double, pg_avg_store_f16, int64_t, i64, PG_CL_LANES)                                    \
+PG_CL_GATHER_ROW(SFX, bf16, uint16_t, double, pg_avg_store_bf16, int32_t, i32, PG_CL_LANES)                                   \
+PG_CL_GATHER_ROW(SFX, bf16, uint16_t, double, pg_avg_store_bf16, int64_t, i64, PG_CL_LANES)
+
+PG_CL_GATHER_ISA(base)
+#if PG_X86_VARIANTS
+#pragma GCC push_options
+#pragma GCC target("avx2")
+PG_CL_GATHER_ISA(avx2)
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
+PG_CL_GATHER_ISA(avx512)
+#pragma GCC pop_options
+#endif
+
+/* Call the variant for ISA level ISA (the whole call, ARGS in parentheses, is EXPR's argument list). */
+#if PG_X86_VARIANTS
+#define PG_CL_PICK(ISA, NAME, ARGS)                                                                       \
+    ((ISA) == 2 ? NAME##_avx512 ARGS : (ISA) == 1 ? NAME##_avx2 ARGS : NAME##_base ARGS)
+#else
+#define PG_CL_PICK(ISA, NAME, ARGS) ((void)(ISA), NAME##_base ARGS)
+#endif
+
+#define PG_CL_GATHER_DISPATCH(DT, T, IT, INAME)                                                           \
+static inline int64_t pg_cl_gather_##DT##_##INAME(                                                        \
+    int isa, T *gx, Py_ssize_t gx_w, const T *go, Py_ssize_t go_h, Py_ssize_t go_w, const IT *ind,        \
+    Py_ssize_t ix_h, Py_ssize_t ix_w, Py_ssize_t C, Py_ssize_t W, int64_t ih, int64_t oa, int64_t ob,     \
+    const int64_t *owa, const int64_t *owb)                                                               \
+{                                                                                                         \
+    return PG_CL_PICK(isa, pg_cl_gather_##DT##_##INAME,                                                   \
+                      (gx, gx_w, go, go_h, go_w, ind, ix_h, ix_w, C, W, ih, oa, ob, owa, owb));           \
+}
+PG_CL_GATHER_DISPATCH(f32, float, int32_t, i32)
+PG_CL_GATHER_DISPATCH(f32, float, int64_t, i64)
+PG_CL_GATHER_DISPATCH(f64, double, int32_t, i32)
+PG_CL_GATHER_DISPATCH(f64, double, int64_t, i64)
+PG_CL_GATHER_DISPATCH(f16, uint16_t, int32_t, i32)
+PG_CL_GATHER_DISPATCH(f16, uint16_t, int64_t, i64)
+PG_CL_GATHER_DISPATCH(bf16, uint16_t, int32_t, i32)
+PG_CL_GATHER_DISPATCH(bf16, uint16_t, int64_t, i64)
+
+#endif
