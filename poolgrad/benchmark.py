@@ -21,7 +21,7 @@ import numpy as np
 
 from .config import resolve_num_threads
 
-__all__ = ["Case", "copy_rate", "median_time", "interleaved_medians", "run_cases", "format_table",
+__all__ = ["Case", "copy_rate", "median_time", "interleaved_times", "interleaved_medians", "run_cases", "format_table",
            "default_cases", "has_torch", "main", "max_pool_backward_case", "adaptive_backward_case",
            "avg_backward_case", "max_pool_grad_case", "elementwise_case", "forward_case"]
 
@@ -85,13 +85,13 @@ def median_time(fn: Callable[[], Any], reps: int = 7, warmup: int = 3, max_secon
     return interleaved_medians({"fn": fn}, reps, warmup, max_seconds)["fn"]
 
 
-def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int = 7, warmup: int = 3,
-                        max_seconds: float = 5.0) -> dict[str, float]:
-    """Median wall time of every callable, timed round-robin: each of ``reps`` rounds calls each function once
-    (in a rotating order, so none always runs right after another), after ``warmup`` untimed rounds.  Rounds
-    stop early (after at least 3) once ``max_seconds`` have passed."""
+def interleaved_times(fns: dict[Any, Callable[[], Any]], reps: int = 7, warmup: int = 3,
+                      max_seconds: float = 5.0) -> dict[Any, list[float]]:
+    """Wall times of every callable, timed round-robin: each of ``reps`` rounds calls each function once (in a
+    rotating order, so none always runs right after another), after ``warmup`` untimed rounds.  Rounds stop
+    early (after at least 3) once ``max_seconds`` have passed."""
     names = list(fns)
-    times: dict[str, list[float]] = {k: [] for k in names}
+    times: dict[Any, list[float]] = {k: [] for k in names}
     for _ in range(warmup):
         for k in names:
             fns[k]()
@@ -104,7 +104,13 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int = 7, warmup
             times[k].append(time.perf_counter() - t0)
         if time.perf_counter() - start > max_seconds and r + 1 >= 3:
             break
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def interleaved_medians(fns: dict[Any, Callable[[], Any]], reps: int = 7, warmup: int = 3,
+                        max_seconds: float = 5.0) -> dict[Any, float]:
+    """Median wall time of every callable over the rounds of :func:`interleaved_times`."""
+    return {k: statistics.median(v) for k, v in interleaved_times(fns, reps, warmup, max_seconds).items()}
 
 
 def run_cases(cases: Iterable[Case], reps: int = 7, progress: Callable[[str], None] | None = None,
