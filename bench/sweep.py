@@ -35,40 +35,55 @@ import numpy as np
 
 OPS = ("max_bwd", "max_fwd", "adaptive_bwd", "adaptive_fwd", "avg_bwd", "avg_fwd", "tf_grad", "elementwise")
 
-# The planner thresholds this build has, read for the report: (module, attribute, what it switches).  A name
-# missing here (moved, renamed, removed) is reported as such; the sweeps still cross the sizes where it was.
-THRESHOLDS: list[tuple[str, str, str]] = [
-    ("poolgrad.config", "GRAIN", "elements per thread below which fewer threads run (every operator)"),
-    ("poolgrad.buffers", "MIN_BYTES", "outputs this big are recycled instead of freshly mapped (allocating calls)"),
-    ("poolgrad._scatter", "BAND_MAX", "most grad_x elements per band of the index scatter (max/adaptive bwd)"),
-    ("poolgrad._scatter", "ITEMS_PER_THREAD", "bands per thread when there are few planes (max/adaptive bwd)"),
-    ("poolgrad._scatter", "THIN_BANDS", "atomic instead of banded scatter when bands are thinner (nondet)"),
-    ("poolgrad.max_pool_indices", "UNIFORM_MAX_ROW", "widest row (W*C lanes) of the vectorised forward"),
-    ("poolgrad.max_pool_indices", "UNIFORM_MAX_CELLS", "largest kernel (cells) of the vectorised forward"),
-    ("poolgrad.avg_pool", "ITEMS_PER_THREAD", "work items per thread before planes are cut in bands (avg bwd)"),
-    ("poolgrad.avg_pool", "STREAM_MIN_BYTES", "grad_x this big is written with streaming stores (avg bwd)"),
-    ("poolgrad.avg_pool", "DV_REPEAT_MAX", "channels-last divisor table repeated over C up to this size"),
-    ("poolgrad.tf_max_pool", "COMPOSE_MAX_C", "channels-last with fewer channels: composed argmax + scatter"),
-    ("poolgrad.tf_max_pool", "MIN_BAND_WINDOWS", "fewest window heights per band (max_pool_grad)"),
-    ("poolgrad.tf_max_pool", "ITEMS_PER_THREAD", "bands per thread when there are few images (max_pool_grad)"),
-    ("poolgrad.tf_max_pool", "STREAM_BYTES", "grad_x this big is written with streaming stores (max_pool_grad)"),
-    ("poolgrad.elementwise", "_GRAIN", "elements per thread (max_pooling_grad)"),
-    ("poolgrad.elementwise", "_BLOCKS_PER_THREAD", "blocks per thread (max_pooling_grad)"),
+# The planner thresholds, read from this build for the report: (modules that may hold it, attribute, what it
+# switches).  The Python layer is being reorganised, so a name is looked up in each module in turn (the first
+# that has it wins); one that none has is reported as not found, and the sweeps still cross the sizes where it was.
+THRESHOLDS: list[tuple[tuple[str, ...], str, str]] = [
+    (("poolgrad.planning", "poolgrad.config"), "GRAIN",
+     "elements per thread below which fewer threads run (every operator)"),
+    (("poolgrad.memory", "poolgrad.buffers"), "MIN_BYTES",
+     "outputs this big are recycled instead of freshly mapped (allocating calls)"),
+    (("poolgrad._scatter",), "BAND_MAX", "most grad_x elements per band of the index scatter (max/adaptive bwd)"),
+    (("poolgrad._scatter",), "ITEMS_PER_THREAD", "bands per thread when there are few planes (max/adaptive bwd)"),
+    (("poolgrad._scatter",), "THIN_BANDS", "atomic instead of banded scatter when bands are thinner (nondet)"),
+    (("poolgrad.indexed", "poolgrad.max_pool_indices"), "UNIFORM_MAX_ROW",
+     "widest row (W*C lanes) of the vectorised forward"),
+    (("poolgrad.indexed", "poolgrad.max_pool_indices"), "UNIFORM_MAX_CELLS",
+     "largest kernel (cells) of the vectorised forward"),
+    (("poolgrad.avg_pool",), "ITEMS_PER_THREAD", "work items per thread before planes are cut in bands (avg bwd)"),
+    (("poolgrad.avg_pool",), "STREAM_MIN_BYTES", "grad_x this big is written with streaming stores (avg bwd)"),
+    (("poolgrad.avg_pool",), "DV_REPEAT_MAX", "channels-last divisor table repeated over C up to this size"),
+    (("poolgrad.tf_max_pool",), "COMPOSE_MAX_C", "channels-last with fewer channels: composed argmax + scatter"),
+    (("poolgrad.tf_max_pool",), "MIN_BAND_WINDOWS", "fewest window heights per band (max_pool_grad)"),
+    (("poolgrad.tf_max_pool",), "ITEMS_PER_THREAD", "bands per thread when there are few images (max_pool_grad)"),
+    (("poolgrad.tf_max_pool",), "STREAM_BYTES", "grad_x this big is written with streaming stores (max_pool_grad)"),
+    (("poolgrad.tf_max_pool",), "RING_BUDGET", "per-thread ring bytes (huge windows x huge rows only; not swept)"),
+    (("poolgrad.elementwise",), "_GRAIN", "elements per thread (max_pooling_grad)"),
+    (("poolgrad.elementwise",), "_BLOCKS_PER_THREAD", "blocks per thread (max_pooling_grad)"),
 ]
 # A threshold of a compiled module that Python cannot read (a cdef constant), for the record.
 COMPILED_THRESHOLDS = ["_max_pool_indices.pyx.in PHASE_MAX_C = 16 (channels-last forward splits strided rows into "
                        "phases below 16 channels)"]
 
 
+def lookup(modules: tuple[str, ...], name: str) -> tuple[str | None, Any]:
+    """(module that has ``name``, its value), or (None, None) when none of ``modules`` has it."""
+    for mod in modules:
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        if hasattr(m, name):
+            return mod, getattr(m, name)
+    return None, None
+
+
 def thresholds() -> list[tuple[str, Any, str]]:
     """(module.attribute, value or None when this build has no such name, what it switches)."""
     found = []
-    for mod, name, what in THRESHOLDS:
-        try:
-            value = getattr(importlib.import_module(mod), name, None)
-        except ImportError:
-            value = None
-        found.append((f"{mod}.{name}", value, what))
+    for mods, name, what in THRESHOLDS:
+        mod, value = lookup(mods, name)
+        found.append((f"{mod or mods[0]}.{name}", value, what))
     return found
 
 

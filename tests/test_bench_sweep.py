@@ -2,7 +2,6 @@
 flagged only when the median and the fastest rounds agree, and only reproduced steps are confirmed."""
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -13,8 +12,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "bench"))
 import sweep  # noqa: E402
 
 
-def _const(mod: str, name: str) -> int | None:
-    return getattr(importlib.import_module(mod), name, None)
+def _const(mods: tuple[str, ...], name: str) -> int | None:
+    return sweep.lookup(mods, name)[1]
 
 
 def _straddles(values: list[float], threshold: float) -> bool:
@@ -47,49 +46,50 @@ def test_the_sweeps_straddle_the_thresholds_of_this_build():
     def x_bytes(p: dict) -> int:
         return 4 * p["N"] * p["C"] * p["H"] * p["W"]
     checks = {
-        ("poolgrad.avg_pool", "STREAM_MIN_BYTES"): lambda v: any(_straddles([x_bytes(p) for p in s.points], v)
+        (("poolgrad.avg_pool",), "STREAM_MIN_BYTES"): lambda v: any(_straddles([x_bytes(p) for p in s.points], v)
                                                                  for s in of("avg_bwd", "NCHW")),
-        ("poolgrad.tf_max_pool", "STREAM_BYTES"): lambda v: any(_straddles([x_bytes(p) for p in s.points], v)
+        (("poolgrad.tf_max_pool",), "STREAM_BYTES"): lambda v: any(_straddles([x_bytes(p) for p in s.points], v)
                                                                 for s in of("tf_grad")),
-        ("poolgrad.buffers", "MIN_BYTES"): lambda v: any(_straddles([x_bytes(p) for p in s.points], v)
-                                                         for s in of("max_bwd", alloc=True)),
-        ("poolgrad._scatter", "BAND_MAX"): lambda v: (
+        (("poolgrad.memory", "poolgrad.buffers"), "MIN_BYTES"): lambda v: any(
+            _straddles([x_bytes(p) for p in s.points], v) for s in of("max_bwd", alloc=True)),
+        (("poolgrad._scatter",), "BAND_MAX"): lambda v: (
             any(_straddles([p["H"] * p["W"] for p in s.points], v) for s in of("max_bwd", "NCHW")) and
             any(_straddles([p["H"] * p["W"] * p["C"] for p in s.points], v) for s in of("max_bwd", "NHWC"))),
-        ("poolgrad._scatter", "ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
+        (("poolgrad._scatter",), "ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
                                                                  for s in of("max_bwd", "NHWC")),
-        ("poolgrad.avg_pool", "ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
+        (("poolgrad.avg_pool",), "ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
                                                                  for s in of("avg_bwd", "NHWC")),
-        ("poolgrad.max_pool_indices", "UNIFORM_MAX_ROW"): lambda v: any(
+        (("poolgrad.indexed", "poolgrad.max_pool_indices"), "UNIFORM_MAX_ROW"): lambda v: any(
             _straddles([p["W"] * p["C"] for p in s.points], v + 1) for s in of("max_fwd", "NHWC")),
-        ("poolgrad.max_pool_indices", "UNIFORM_MAX_CELLS"): lambda v: any(
+        (("poolgrad.indexed", "poolgrad.max_pool_indices"), "UNIFORM_MAX_CELLS"): lambda v: any(
             _straddles([p["k"] ** 2 for p in s.points], v + 1) for s in of("max_fwd")),
-        ("poolgrad.avg_pool", "DV_REPEAT_MAX"): lambda v: any(
+        (("poolgrad.avg_pool",), "DV_REPEAT_MAX"): lambda v: any(
             _straddles([_ho(p["W"], p) * p["C"] for p in s.points], v + 1) for s in of("avg_bwd", "NHWC")),
-        ("poolgrad.tf_max_pool", "COMPOSE_MAX_C"): lambda v: any(_straddles([p["C"] for p in s.points], v)
+        (("poolgrad.tf_max_pool",), "COMPOSE_MAX_C"): lambda v: any(_straddles([p["C"] for p in s.points], v)
                                                                  for s in of("tf_grad", "NHWC")),
-        ("poolgrad.config", "GRAIN"): lambda v: all(
+        (("poolgrad.planning", "poolgrad.config"), "GRAIN"): lambda v: all(
             any(_straddles([p.get("n") or p["N"] * p["C"] * p["H"] * p["W"] for p in s.points], 2 * v)
                 for s in of(op)) for op in sweep.OPS),
     }
     checked = 0
-    for (mod, name), check in checks.items():
-        value = _const(mod, name)
+    for (mods, name), check in checks.items():
+        value = _const(mods, name)
         if value is not None:
-            assert check(value), f"no sweep straddles {mod}.{name} = {value}"
+            assert check(value), f"no sweep straddles {name} = {value}"
             checked += 1
-    # every threshold the report lists is either checked here or has no sweep-size meaning on its own
-    listed = {f"{m}.{n}" for m, n, _ in sweep.THRESHOLDS}
-    assert {f"{m}.{n}" for m, n in checks} <= listed
-    assert checked >= 1
+    # every threshold checked here is one the report lists
+    assert set(checks) <= {(m, n) for m, n, _ in sweep.THRESHOLDS}
+    assert checked >= 8
 
 
 def test_thresholds_report_values_and_missing_names():
-    found = dict((k, v) for k, v, _ in sweep.thresholds())
-    assert set(found) == {f"{m}.{n}" for m, n, _ in sweep.THRESHOLDS}
-    for key, value in found.items():
-        mod, name = key.rsplit(".", 1)
-        assert value == _const(mod, name)
+    found = sweep.thresholds()
+    assert len(found) == len(sweep.THRESHOLDS)
+    for (key, value, _), (mods, name, _) in zip(found, sweep.THRESHOLDS):
+        assert key.endswith("." + name) and key.rsplit(".", 1)[0] in mods
+        assert value == _const(mods, name)
+    assert sweep.lookup(("poolgrad.no_such_module", "poolgrad.avg_pool"), "STREAM_MIN_BYTES")[0] == "poolgrad.avg_pool"
+    assert sweep.lookup(("poolgrad.avg_pool",), "NO_SUCH_NAME") == (None, None)
 
 
 def test_find_steps():
