@@ -247,7 +247,7 @@ def run(layers: list[Layer], batches: list[int], layouts: list[str], threads: li
     say = progress or (lambda m: None)
     start_rates = copy_rates(threads, copy_bytes)
     say("copy rate at start: " + ", ".join(f"{t} thread(s) {r:.1f} GB/s" for t, r in start_rates.items()))
-    rows = []
+    rows: list[dict] = []
     t_start = time.time()
     for layer in layers:
         for batch in batches:
@@ -257,11 +257,18 @@ def run(layers: list[Layer], batches: list[int], layouts: list[str], threads: li
                     torch.set_num_threads(nt)
                     for mode in modes:
                         fns = lr.callables(nt, mode, phases)
-                        lr.check(fns)
-                        med = interleaved(fns, reps, warmup, max_seconds)
                         row = {"model": layer.model, "layer": layer.name, "op": layer.op,
                                "geometry": layer.describe(), "count": layer.count, "batch": batch,
                                "layout": layout, "threads": nt, "mode": mode}
+                        try:
+                            lr.check(fns)
+                        except AssertionError as exc:
+                            # a wrong result is not timed; the run goes on and reports it (main exits 1)
+                            row["error"] = str(exc)
+                            rows.append(row)
+                            say(f"CHECK FAILED, not timed: {exc}")
+                            continue
+                        med = interleaved(fns, reps, warmup, max_seconds)
                         for phase in phases:
                             row[f"poolgrad_{phase}_s"] = med["poolgrad", phase]
                             row[f"torch_{phase}_s"] = med["torch", phase]
@@ -276,7 +283,8 @@ def run(layers: list[Layer], batches: list[int], layouts: list[str], threads: li
     rates = {t: max(start_rates[t], end_rates[t]) for t in threads}
     for row in rows:
         row["copy_gbs"] = rates[row["threads"]]
-    return {"rows": rows, "phases": list(phases), "reps": reps, "warmup": warmup,
+    return {"rows": rows, "errors": [r["error"] for r in rows if "error" in r], "phases": list(phases),
+            "reps": reps, "warmup": warmup,
             "copy_gbs_start": {str(t): r for t, r in start_rates.items()},
             "copy_gbs_end": {str(t): r for t, r in end_rates.items()},
             "copy_gbs": {str(t): r for t, r in rates.items()}, "seconds": time.time() - t_start,
@@ -306,6 +314,8 @@ def model_totals(result: dict) -> list[dict]:
         groups.setdefault((r["model"], r["batch"], r["layout"], r["threads"], r["mode"]), []).append(r)
     totals = []
     for (model, batch, layout, nt, mode), rows in groups.items():
+        if any("error" in r for r in rows):
+            continue
         if model in MODELS and {r["layer"] for r in rows} != {L.name for L in LAYERS if L.model == model}:
             continue
         t = {"model": model, "batch": batch, "layout": layout, "threads": nt, "mode": mode, "layers": len(rows)}
@@ -331,7 +341,10 @@ def summary(result: dict) -> list[dict]:
     out = []
     keys = sorted({(r["layout"], r["mode"], r["threads"]) for r in result["rows"]})
     for layout, mode, nt in keys:
-        rows = [r for r in result["rows"] if (r["layout"], r["mode"], r["threads"]) == (layout, mode, nt)]
+        rows = [r for r in result["rows"]
+                if (r["layout"], r["mode"], r["threads"]) == (layout, mode, nt) and "error" not in r]
+        if not rows:
+            continue
         for phase in result["phases"]:
             ratios = [_ratio(r, phase) for r in rows]
             out.append({"layout": layout, "mode": mode, "threads": nt, "phase": phase, "rows": len(rows),
@@ -340,13 +353,34 @@ def summary(result: dict) -> list[dict]:
     return out
 
 
+def pivot(result: dict, mode: str, phase: str = "fwdbwd") -> str:
+    """Markdown: one row per (model, batch), one column per (layout, threads): PyTorch time / poolgrad time of
+    the model's training-step pooling cost in ``mode``, with poolgrad's milliseconds."""
+    totals = [t for t in model_totals(result) if t["mode"] == mode]
+    cols = sorted({(t["layout"], t["threads"]) for t in totals})
+    head = "| model | batch |" + "".join(f" {lay} {nt}t |" for lay, nt in cols)
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    order = {m: i for i, m in enumerate(MODELS)}
+    for model, batch in sorted({(t["model"], t["batch"]) for t in totals}, key=lambda k: (order.get(k[0], 99), k)):
+        line = f"| {model} | {batch} |"
+        for lay, nt in cols:
+            t = next((t for t in totals if (t["model"], t["batch"], t["layout"], t["threads"]) ==
+                      (model, batch, lay, nt)), None)
+            line += (f" {_ratio(t, phase):.2f}x ({t[f'poolgrad_{phase}_s'] * 1e3:.1f} ms) |" if t else " - |")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def markdown(result: dict, tables: tuple[str, ...] = ("summary", "models", "layers")) -> str:
     """Markdown of a run: the summary of ratios, the per-model training-step totals and the per-layer rows
     (each phase: poolgrad ms, PyTorch ms, ratio = PyTorch time / poolgrad time, and both libraries' % of the
     copy rate of the row's thread count)."""
     phases = result["phases"]
     rates = ", ".join(f"{t} thread(s) {r:.1f} GB/s" for t, r in result["copy_gbs"].items())
-    parts = [f"Copy rate (read + write, `poolgrad._bandwidth`, the higher of the run's start and end): {rates}. "
+    errors = result.get("errors", [])
+    parts = [f"**{len(errors)} configuration(s) gave results that differ from PyTorch's and were not timed:** "
+             + "; ".join(errors)] if errors else []
+    parts += [f"Copy rate (read + write, `poolgrad._bandwidth`, the higher of the run's start and end): {rates}. "
              f"Medians of {result['reps']} interleaved rounds after {result['warmup']} warm-up rounds; ratio = "
              "PyTorch time / poolgrad time (> 1: poolgrad faster)."]
     if "summary" in tables:
@@ -356,6 +390,10 @@ def markdown(result: dict, tables: tuple[str, ...] = ("summary", "models", "laye
             lines.append(f"| {s['layout']} | {s['mode']} | {s['threads']} | {s['phase']} | {s['rows']} | "
                          f"{s['geomean']:.2f}x | {s['min']:.2f}x | {s['max']:.2f}x | {s['below_1']} |")
         parts.append("\n".join(lines))
+    if "pivot" in tables:
+        for mode in sorted({r["mode"] for r in result["rows"]}):
+            parts.append(f"Training-step pooling cost per model, `{mode}` mode, `fwdbwd` (ratio, poolgrad ms):\n\n"
+                         + pivot(result, mode))
     if "models" in tables:
         head = "| model | batch | layout | threads | mode |"
         for phase in phases:
@@ -377,6 +415,9 @@ def markdown(result: dict, tables: tuple[str, ...] = ("summary", "models", "laye
             times = f" (x{r['count']})" if r["count"] > 1 else ""
             line = (f"| {r['model']}/{r['layer']}{times} | {r['geometry']} | {r['batch']} | {r['layout']} | "
                     f"{r['threads']} | {r['mode']} |")
+            if "error" in r:
+                lines.append(line + f" check failed, not timed: {r['error']} |")
+                continue
             for phase in phases:
                 pg, t = r[f"poolgrad_{phase}_s"], r[f"torch_{phase}_s"]
                 peak = r["copy_gbs"] * 1e9
@@ -406,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the result to this JSON file")
     parser.add_argument("--markdown", nargs="?", const="-", metavar="FILE",
                         help="write the markdown tables to FILE (or stdout)")
-    parser.add_argument("--tables", nargs="*", choices=("summary", "models", "layers"),
+    parser.add_argument("--tables", nargs="*", choices=("summary", "pivot", "models", "layers"),
                         default=["summary", "models", "layers"], help="which markdown tables")
     parser.add_argument("--from-json", metavar="FILE", help="render the tables of a saved run, time nothing")
     args = parser.parse_args(argv)
@@ -434,8 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
     else:
         print()
-        print(markdown(result, ("summary", "models")))
-    return 0
+        print(markdown(result, ("summary", "pivot")))
+    return 1 if result.get("errors") else 0
 
 
 if __name__ == "__main__":

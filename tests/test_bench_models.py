@@ -119,6 +119,9 @@ def test_tiny_run_rows_totals_and_tables(tmp_path):
     assert "| tiny/max (x2) | 3x9x9 k3s2p1 ceil | 1 | NCHW | 1 | alloc |" in text
     assert "| tiny/adaptive | 5x9x8 -> 4x3 |" in text
     assert "| layout | mode | threads | phase |" in text and "| model | batch |" in text
+    piv = models.pivot(result, "out")
+    assert piv.splitlines()[0] == "| model | batch | NCHW 1t | NCHW 2t | NHWC 1t | NHWC 2t |"
+    assert len(piv.splitlines()) == 2 + 2 and piv.splitlines()[2].startswith("| tiny | 1 | ")
     path = tmp_path / "run.json"
     path.write_text(json.dumps(result))
     md = tmp_path / "run.md"
@@ -129,3 +132,16 @@ def test_tiny_run_rows_totals_and_tables(tmp_path):
 def test_geomean():
     assert np.isclose(models.geomean([0.5, 2.0, 1.0]), 1.0)
     assert np.isclose(models.geomean([4.0, 1.0]), 2.0)
+
+
+def test_a_wrong_result_is_reported_and_not_timed(monkeypatch):
+    def wrong(self, fns):
+        raise AssertionError(f"{self.layer.key}: bwd gradient: differs from PyTorch (largest gap 1)")
+    monkeypatch.setattr(models.LayerRun, "check", wrong)
+    result = models.run(TINY[:2], [1], ["NCHW"], [1], ["out"], ("fwdbwd",), reps=1, warmup=0, copy_bytes=1 << 20,
+                        progress=None)
+    assert len(result["errors"]) == 2 and all("error" in r and "poolgrad_fwdbwd_s" not in r for r in result["rows"])
+    assert models.model_totals(result) == [] and models.summary(result) == []
+    text = models.markdown(result)
+    assert text.startswith("**2 configuration(s) gave results that differ from PyTorch's")
+    assert "check failed, not timed: tiny/max: bwd gradient" in text
