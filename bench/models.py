@@ -12,7 +12,8 @@ mode, both libraries run the layer on the same float32 arrays (PyTorch sees pool
   ``out=`` for the backward; poolgrad's forwards take no ``out=`` and allocate in both modes).
 
 Before anything is timed, every configuration's outputs are compared with PyTorch's: forward values, indices
-and gradients (indices equal, values and gradients within float32 rounding).  Timing is interleaved: each round
+and gradients (indices equal, values and gradients within float32 rounding); a configuration that differs is
+reported (in the output, the JSON and the tables) and not timed, and the run exits with status 1.  Timing is interleaved: each round
 calls every (library, phase) once, in a rotating order, and each figure is the median over the rounds.  Beside
 every row: the bytes the phase must move divided by its time, as a fraction of the copy rate of the row's own
 thread count (``poolgrad._bandwidth``, measured at the start and at the end of the run; the higher is used).
