@@ -114,7 +114,7 @@ def interleaved_medians(fns: dict[Any, Callable[[], Any]], reps: int = 7, warmup
 
 
 def run_cases(cases: Iterable[Case], reps: int = 7, progress: Callable[[str], None] | None = None,
-              rates: dict[int, float] | None = None) -> tuple[list[dict], dict[int, float]]:
+              rates: dict[int, float] | None = None) -> tuple[list[dict[str, Any]], dict[int, float]]:
     """Time every case; returns (rows, {thread count: copy rate GB/s}).
 
     ``rates`` gives copy rates already measured; any thread count missing there is measured here first.
@@ -126,14 +126,15 @@ def run_cases(cases: Iterable[Case], reps: int = 7, progress: Callable[[str], No
         if progress:
             progress(f"copy rate with {nt} thread(s): {rates[nt]:.1f} GB/s (read + write; {used} thread(s) "
                      "copied)")
-    torch = None
+    set_torch_threads: Callable[[int], None] | None = None
     if has_torch():
         import torch
-    rows = []
+        set_torch_threads = torch.set_num_threads
+    rows: list[dict[str, Any]] = []
     for i, case in enumerate(cases, 1):
         fns = case.make(case.threads)
-        if torch is not None:
-            torch.set_num_threads(case.threads)
+        if set_torch_threads is not None:
+            set_torch_threads(case.threads)
         rate = rates[case.threads]
         row: dict[str, Any] = {"op": case.op, "shape": case.shape, "layout": case.layout, "dtype": case.dtype,
                                "threads": case.threads, "deterministic": case.deterministic,
@@ -154,11 +155,11 @@ def run_cases(cases: Iterable[Case], reps: int = 7, progress: Callable[[str], No
     return rows, rates
 
 
-def _mode(r: dict) -> str:
+def _mode(r: dict[str, Any]) -> str:
     return {True: "det", False: "nondet", None: "-"}[r["deterministic"]]
 
 
-def row_text(r: dict, comparators: list[tuple[str, str]] | None = None) -> str:
+def row_text(r: dict[str, Any], comparators: list[tuple[str, str]] | None = None) -> str:
     """One row as a line of progress output."""
     text = (f"{r['op']:<34} {r['shape']:<26} {r['layout']:<4} {r['dtype']:<4} {r['threads']:>2}t {_mode(r):<6} "
             f"{r['poolgrad_s'] * 1e3:9.3f} ms {r['gbs']:6.1f} GB/s {100 * r['frac_copy']:4.0f}% of "
@@ -169,7 +170,7 @@ def row_text(r: dict, comparators: list[tuple[str, str]] | None = None) -> str:
     return text
 
 
-def format_table(rows: list[dict], comparators: list[tuple[str, str]] | None = None) -> str:
+def format_table(rows: list[dict[str, Any]], comparators: list[tuple[str, str]] | None = None) -> str:
     """Markdown table of the rows: time, GB/s, the copy rate of the row's thread count and the row's fraction of
     it, and each other library's time and speed-up (its time / poolgrad's time) where it was measured."""
     others = [(k, name) for k, name in (comparators or COMPARATORS) if any(f"{k}_s" in r for r in rows)]
@@ -191,11 +192,11 @@ def format_table(rows: list[dict], comparators: list[tuple[str, str]] | None = N
 # Case builders (bench/suite.py builds the full comparison suite from them)
 
 
-def np_dtype(name: str) -> np.dtype:
+def np_dtype(name: str) -> np.dtype[Any]:
     """The NumPy dtype of a short dtype name (f32, f64, f16, bf16)."""
     from .dtypes import bfloat16
-    return {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
-            "bf16": bfloat16}[name]
+    dt: np.dtype[Any] = np.dtype({"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": bfloat16}[name])
+    return dt
 
 
 def _torch_dtype(name: str) -> Any:
@@ -251,7 +252,7 @@ def max_pool_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: in
     """``max_pool2d_with_indices_backward`` versus ``torch.ops.aten.max_pool2d_with_indices_backward``."""
     from .max_pool_indices import max_pool2d_with_indices, max_pool2d_with_indices_backward
 
-    def make(nt: int) -> dict:
+    def make(nt: int) -> dict[str, Any]:
         rng, x4, x = _case_input((N, C, H, W), layout, dtype)
         y, ind = max_pool2d_with_indices(x, k, s, p, layout=layout, index_dtype=index_dtype)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(x.dtype)
@@ -281,7 +282,7 @@ def adaptive_backward_case(N: int, C: int, H: int, W: int, out_hw: tuple[int, in
     """``adaptive_max_pool2d_backward`` versus ``torch.ops.aten.adaptive_max_pool2d_backward``."""
     from .adaptive import adaptive_max_pool2d, adaptive_max_pool2d_backward
 
-    def make(nt: int) -> dict:
+    def make(nt: int) -> dict[str, Any]:
         rng, x4, x = _case_input((N, C, H, W), layout, dtype)
         y, ind = adaptive_max_pool2d(x, out_hw, layout=layout)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(x.dtype)
@@ -310,7 +311,7 @@ def avg_backward_case(N: int, C: int, H: int, W: int, k: int, s: int, p: int, la
     """``avg_pool2d_backward`` versus ``torch.ops.aten.avg_pool2d_backward``."""
     from .avg_pool import avg_pool2d, avg_pool2d_backward
 
-    def make(nt: int) -> dict:
+    def make(nt: int) -> dict[str, Any]:
         rng, x4, x = _case_input((N, C, H, W), layout, dtype)
         y = avg_pool2d(x, k, s, p, layout=layout)
         go = rng.standard_normal(y.shape, dtype=np.float32).astype(x.dtype)
@@ -342,7 +343,7 @@ def max_pool_grad_case(N: int, H: int, W: int, C: int, k: int, s: int, padding: 
     ksize = [1, k, k, 1] if layout == "NHWC" else [1, 1, k, k]
     strides = [1, s, s, 1] if layout == "NHWC" else [1, 1, s, s]
 
-    def make(nt: int) -> dict:
+    def make(nt: int) -> dict[str, Any]:
         rng = np.random.default_rng(0)
         xh = rng.standard_normal((N, H, W, C), dtype=np.float32)
         dt = np_dtype(dtype)
@@ -365,17 +366,20 @@ def elementwise_case(n: int, dtype: str, threads: int, out: bool = False) -> Cas
     """``max_pooling_grad`` versus ``np.where(x == y, dy, 0)`` and ``torch.where``."""
     from .elementwise import max_pooling_grad
 
-    def make(nt: int) -> dict:
+    def make(nt: int) -> dict[str, Any]:
         rng = np.random.default_rng(0)
         dt = np_dtype(dtype)
         x = rng.integers(0, 4, size=n).astype(np.float32).astype(dt)
         y = rng.integers(0, 4, size=n).astype(np.float32).astype(dt)
         dy = rng.standard_normal(n, dtype=np.float32).astype(dt)
         zero16 = np.zeros((), dt)
-        res = np.empty_like(dy) if out else None
-        fns: dict[str, Any] = {"poolgrad": lambda: max_pooling_grad(dy, x, y, out=res, num_threads=nt),
-                               "numpy": ((lambda: np.where(x == y, dy, zero16)) if not out else
-                                         (lambda: np.copyto(res, np.where(x == y, dy, zero16)))),
+        res = np.empty_like(dy)
+
+        def numpy_out() -> None:
+            np.copyto(res, np.where(x == y, dy, zero16))
+        fns: dict[str, Any] = {"poolgrad": lambda: max_pooling_grad(dy, x, y, out=res if out else None,
+                                                                    num_threads=nt),
+                               "numpy": numpy_out if out else (lambda: np.where(x == y, dy, zero16)),
                                "bytes": 4 * dy.nbytes, "arrays": {"dy": dy, "x": x, "y": y}}
         if has_torch():
             import torch
@@ -400,7 +404,7 @@ def forward_case(op: str, N: int, C: int, H: int, W: int, k: int, s: int, p: int
     from .avg_pool import avg_pool2d
     from .max_pool_indices import max_pool2d_with_indices
 
-    def make(nt: int) -> dict:
+    def make(nt: int) -> dict[str, Any]:
         _, x4, x = _case_input((N, C, H, W), layout, dtype)
         if op == "max_pool2d_with_indices":
             y, ind = max_pool2d_with_indices(x, k, s, p, layout=layout)
