@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import poolgrad
 from poolgrad import benchmark
+
+import suite
 
 
 def _plot(rows: list[dict], path: str) -> None:
@@ -54,7 +55,8 @@ def _plot(rows: list[dict], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", nargs="*", help=f"operators (default all: {', '.join(benchmark.CASE_BUILDERS)})")
+    parser.add_argument("--ops", nargs="*", choices=list(suite.CASE_BUILDERS), metavar="OP",
+                        help=f"operators (default all: {', '.join(suite.CASE_BUILDERS)})")
     parser.add_argument("--threads", type=int, nargs="*", help="thread counts (default: 1 and all)")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--quick", action="store_true")
@@ -68,27 +70,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-jax", action="store_true", help="skip the JAX columns (JAX compiles slowly)")
     args = parser.parse_args(argv)
     threads = args.threads or sorted({1, os.cpu_count() or 1})
-    if args.out:
-        benchmark.OUTPUT_MODE = "out"
     if args.tf_worker is not None:
-        return benchmark.tf_worker(args.tf_worker, args.ops, args.quick, args.reps)
+        return suite.tf_worker(args.tf_worker, args.ops, args.quick, args.reps)
     if args.jax_worker is not None:
-        return benchmark.jax_worker(args.jax_worker, args.ops, args.quick, args.reps)
-    cases = benchmark.full_cases(threads, args.ops, args.quick)
+        return suite.jax_worker(args.jax_worker, args.ops, args.quick, args.reps)
+    cases = suite.full_cases(threads, args.ops, args.quick, out=args.out)
     print(f"poolgrad {poolgrad.__version__}; {len(cases)} cases; threads {threads}; outputs "
           f"{'preallocated (--out)' if args.out else 'allocated by each call'}", flush=True)
-    rows, bw = benchmark.run_cases(cases, reps=args.reps, progress=lambda m: print("  " + m, flush=True))
-    if any(c.op == "max_pool_grad" for c in cases):
-        benchmark.merge_worker_times(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__])
-    if not args.no_jax and benchmark.has_jax() and any(c.op in benchmark.JAX_OPS for c in cases):
-        benchmark.merge_worker_times(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__],
-                           worker="jax")
-    table = benchmark.format_table(rows, bw)
+    rows, rates = benchmark.run_cases(cases, reps=args.reps, progress=lambda m: print("  " + m, flush=True))
+    if suite.has_tf() and any(c.op == "max_pool_grad" for c in cases):
+        suite.merge_worker_times(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__])
+    if not args.no_jax and suite.has_jax() and any(c.op in suite.JAX_OPS for c in cases):
+        suite.merge_worker_times(rows, threads, args.ops, args.quick, args.reps, [sys.executable, __file__],
+                                 worker="jax")
+    table = benchmark.format_table(rows, suite.COMPARATORS)
     print()
     print(table)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"copy_gbs": bw, "config": poolgrad.get_config(), "rows": rows}, fh, indent=1, default=str)
+            json.dump({"copy_gbs": {str(t): r for t, r in rates.items()}, "config": poolgrad.get_config(),
+                       "rows": rows}, fh, indent=1, default=str)
     if args.png:
         _plot(rows, args.png)
     return 0

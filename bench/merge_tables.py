@@ -81,6 +81,12 @@ def merge(alloc: dict, out: dict, readme: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _rates(run: dict) -> str:
+    """The copy rates of a run by thread count (the roofline each row's "% of copy" divides by)."""
+    rates = sorted(run["copy_gbs"].items(), key=lambda kv: int(kv[0]))
+    return ", ".join(f"{t} thread(s) {r:.1f} GB/s" for t, r in rates)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("alloc_json", help="JSON of an allocating run (compare.py --json)")
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         alloc = json.load(fh)
     with open(args.out_json) as fh:
         out = json.load(fh)
-    print(f"copy bandwidth: {alloc['copy_gbs']:.1f} GB/s (allocating run), {out['copy_gbs']:.1f} GB/s (out= run)\n")
+    print(f"copy rate: {_rates(alloc)} (allocating run); {_rates(out)} (out= run)\n")
     print(merge(alloc, out, args.readme))
     return 0
 
