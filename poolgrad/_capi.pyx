@@ -477,7 +477,7 @@ cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
             # The forward plans allocate their results (copied into the caller's outputs on execute): one run
             # on zero-filled examples now gives their shapes and dtypes, which the outputs must have.
             names = _TENSOR_NAMES[cp.op]
-            res = plan(*[s.example() for s in plan.specs])
+            res = plan(*[_spec_of(&tensors[i]).example() for i in range(cp.nin)])
             res = res if type(res) is tuple else (res,)
             for i in range(cp.nout):
                 want = _spec_of(&tensors[cp.nin + i])
