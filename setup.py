@@ -125,4 +125,5 @@ def _extensions() -> list[Extension]:
                                           "initializedcheck": False, "embedsignature": True})
 
 
-setup(ext_modules=_extensions(), package_data={"poolgrad": ["_build_config.json", "py.typed"]})
+setup(ext_modules=_extensions(),
+      package_data={"poolgrad": ["_build_config.json", "py.typed", "include/*.h", "include/*.pxd"]})

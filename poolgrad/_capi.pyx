@@ -379,10 +379,12 @@ cdef object _python_plan(int op, const poolgrad_tensor *tensors, const poolgrad_
                                                          layout=layout, out=out, deterministic=det,
                                                          num_threads=nthreads)
     if op == 3:
-        h, w = (1, 2) if layout == "NCHW" else (0, 1)
-        if out.shape and len(out.shape) == 4:
-            h, w = h + 1, w + 1
-        size = (out.shape[h], out.shape[w]) if len(out.shape) in (3, 4) else out.shape
+        # the output size is y's (Ho, Wo) in the layout's axis order
+        if len(out.shape) not in (3, 4):
+            raise ParamInvalidError(f"y: expected a 3-D or 4-D array, got {len(out.shape)}-D with shape "
+                                    f"{out.shape}")
+        h = (1 if layout == "NCHW" else 0) + len(out.shape) - 3
+        size = (out.shape[h], out.shape[h + 1])
         return api.plan_adaptive_max_pool2d(ins[0], size, layout=layout,
                                             index_dtype=_spec_of(&tensors[2]).dtype, num_threads=nthreads)
     if op == 4:

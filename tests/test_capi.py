@@ -336,3 +336,66 @@ def test_header_newer_than_the_library_fails_cleanly_at_import(tmp_path):
     assert res.returncode == 1
     assert ("ImportError: poolgrad C API: this extension was built against ABI version 2, but the installed "
             "poolgrad provides version 1") in res.stderr
+
+
+def test_three_dimensional_inputs_and_adaptive_output_rank():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 7, 6)).astype(np.float32)       # (C, H, W), no batch axis
+    ay, aind = pg.adaptive_max_pool2d(x, (2, 4))
+    cy, cind = np.empty_like(ay), np.empty_like(aind)
+    run(3, [x], [cy, cind], params())
+    assert _same(cy, ay) and _same(cind, aind)
+    xh = np.ascontiguousarray(x.transpose(1, 2, 0))              # (H, W, C)
+    ay, aind = pg.adaptive_max_pool2d(xh, (2, 4), layout="NHWC")
+    cy, cind = np.empty_like(ay), np.empty_like(aind)
+    run(3, [xh], [cy, cind], params(layout=1))
+    assert _same(cy, ay) and _same(cind, aind)
+    assert create(3, [x, cy[0], cind[0]], params())[0] == INVALID
+    assert error() == ("poolgrad_plan_create(adaptive_max_pool2d): y: expected a 3-D or 4-D array, got 2-D "
+                       "with shape (4, 3)")
+
+
+def test_in_place_max_pooling_grad_and_partial_overlap():
+    rng = np.random.default_rng(7)
+    dy = rng.standard_normal((4, 5)).astype(np.float32)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    y = np.where(rng.random(x.shape) < 0.5, x, 0).astype(np.float32)
+    want = pg.max_pooling_grad(dy, x, y)
+    status, plan = create(9, [dy, x, y, np.empty_like(dy)], params())
+    assert status == OK
+    try:
+        assert execute(plan, [dy, x, y, dy]) == OK, error()       # out is dy exactly: in place, as in Python
+        assert _same(dy, want)
+        big = np.zeros((5, 5), np.float32)
+        assert execute(plan, [big[:4], x, y, big[1:]]) == INVALID  # any other overlap is refused
+        assert "out: must not share memory with dy" in error()
+    finally:
+        API.plan_destroy(plan)
+
+
+def test_one_c_plan_from_several_threads_without_the_gil():
+    import threading
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 4, 20, 20)).astype(np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 3, 2, 1)
+    gos = [rng.standard_normal(y.shape).astype(np.float32) for _ in range(4)]
+    wants = [pg.avg_pool2d_backward(g, x, 3, 2, 1) for g in gos]
+    outs = [np.empty_like(x) for _ in gos]
+    status, plan = create(6, [gos[0], x, outs[0]], params(kernel=(3, 3), stride=(2, 2), padding=(1, 1)))
+    assert status == OK
+    statuses: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(50):
+            statuses.append(execute(plan, [gos[k], x, outs[k]]))     # ctypes releases the GIL for the call
+
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        API.plan_destroy(plan)
+    assert statuses == [OK] * 200
+    assert all(_same(o, w) for o, w in zip(outs, wants))
