@@ -266,7 +266,6 @@ _OP_NAMES = (None, "max_pool2d_with_indices", "max_pool2d_with_indices_backward"
 _TENSOR_NAMES = (None, ("x", "y", "indices"), ("grad_output", "x", "indices", "grad_x"), ("x", "y", "indices"),
                  ("grad_output", "x", "indices", "grad_x"), ("x", "y"), ("grad_output", "x", "grad_x"), ("x", "y"),
                  ("x1", "x2", "grad", "grad_x1"), ("dy", "x", "y", "dx"))
-_ITEMSIZE = (0, 4, 8, 2, 2, 4, 8)
 cdef int _ITEM[7]
 _ITEM[:] = [0, 4, 8, 2, 2, 4, 8]
 _DTYPES = None      # dtype code -> numpy dtype, filled on first use (bfloat16 comes from ml_dtypes)
