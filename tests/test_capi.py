@@ -399,3 +399,21 @@ def test_one_c_plan_from_several_threads_without_the_gil():
         API.plan_destroy(plan)
     assert statuses == [OK] * 200
     assert all(_same(o, w) for o, w in zip(outs, wants))
+
+
+def test_the_worked_example_of_the_docs(tmp_path):
+    """docs/C_API.md's complete C module, its setup.py and its Python snippet, exactly as printed there."""
+    _needs_compiler()
+    text = open(os.path.join(ROOT, "docs", "C_API.md"), encoding="utf-8").read()
+    text = text[text.index("### Worked example (C)"):text.index("### Worked example (Cython)")]
+    blocks = [b.split("\n", 1)[1] for b in text.split("```")[1::2]]
+    c_src, setup_py, snippet = blocks
+    assert c_src.startswith("/* doc_example.c")
+    (tmp_path / "doc_example.c").write_text(c_src)
+    (tmp_path / "setup.py").write_text(setup_py)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = _run(tmp_path, snippet + "\nprint('ok')\n")
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
