@@ -53,7 +53,8 @@ class ArraySpec:
     dtype : dtype-like
         Its dtype (e.g. ``numpy.float32``, ``poolgrad.bfloat16``, ``numpy.int64``).
     strides : sequence of int, optional
-        Its strides in bytes, as ``numpy.ndarray.strides``; None means C-contiguous.
+        Its strides in bytes, as ``numpy.ndarray.strides``; None means those of ``numpy.empty(shape, dtype)``
+        (C-contiguous).
     aligned : bool, default True
         Whether the data pointer (and every stride) is aligned to the item size, as NumPy's ``aligned`` flag.
     """
@@ -73,11 +74,15 @@ class ArraySpec:
         except TypeError:
             raise ParamInvalidError(f"ArraySpec: dtype must be a NumPy dtype, got {dtype!r}") from None
         if strides is None:
-            steps, acc = [], self.dtype.itemsize
-            for n in reversed(self.shape):
-                steps.append(acc)
-                acc *= max(n, 1)
-            self.strides = tuple(reversed(steps))
+            if 0 in self.shape:
+                # what NumPy gives an empty array (no memory is allocated for it)
+                self.strides = np.empty(self.shape, self.dtype).strides
+            else:
+                steps, acc = [], self.dtype.itemsize
+                for n in reversed(self.shape):
+                    steps.append(acc)
+                    acc *= n
+                self.strides = tuple(reversed(steps))
         else:
             try:
                 self.strides = tuple(operator.index(s) for s in strides)

@@ -196,7 +196,7 @@ def test_strided_arrays_and_their_specs(name):
 def test_array_spec_validation_and_defaults():
     s = pg.ArraySpec((2, 3, 4), np.float64)
     assert s.strides == (96, 32, 8) and s.aligned
-    assert pg.ArraySpec((2, 0, 4), np.float32).strides == (16, 16, 4)
+    assert pg.ArraySpec((2, 0, 4), np.float32).strides == np.empty((2, 0, 4), np.float32).strides
     with pytest.raises(pg.ParamInvalidError, match="shape must not be negative"):
         pg.ArraySpec((2, -1), np.float32)
     with pytest.raises(pg.ParamInvalidError, match="2 strides for a 3-D shape"):
@@ -267,3 +267,13 @@ def test_repr_and_attributes():
     assert repr(plan) == "<poolgrad.Plan avg_pool2d(x: float32[2, 3, 8, 8])>"
     assert plan.names == ("x",) and not plan.has_out
     assert plan.specs[0].shape == x.shape and plan.specs[0].strides == x.strides
+
+
+def test_empty_batch_through_a_plan_made_from_specs():
+    x = np.empty((0, 3, 8, 8), np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 2)
+    plan = pg.plan_max_pool2d_with_indices_backward(pg.ArraySpec(y.shape, y.dtype), pg.ArraySpec(x.shape, x.dtype),
+                                                    pg.ArraySpec(ind.shape, ind.dtype), 2)
+    assert _same(plan(y, x, ind), pg.max_pool2d_with_indices_backward(y, x, ind, 2))
+    fplan = pg.plan_max_pool2d_with_indices(pg.ArraySpec(x.shape, x.dtype), 2)
+    assert _same(fplan(x), (y, ind))
