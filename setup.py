@@ -116,7 +116,7 @@ def _extensions() -> list[Extension]:
         name = "poolgrad." + os.path.basename(pyx)[:-4]
         exts.append(Extension(
             name, [os.path.relpath(pyx, HERE)],
-            include_dirs=[os.path.join(HERE, "src_c"), np.get_include()],
+            include_dirs=[os.path.join(HERE, "src_c"), os.path.join(HERE, "poolgrad", "include"), np.get_include()],
             depends=sorted(glob.glob(os.path.join("src_c", "*.h"))) + [os.path.join("poolgrad", "_common.pxd")],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             extra_compile_args=compile_args, extra_link_args=link_args))

@@ -35,7 +35,8 @@ def main() -> int:
         sys.path.insert(0, src)
         import pg_c_example as m
         reps, rounds = 5000, 9
-        print("| shape | C execute us | Python plan us | function us | C/plan | C/function |\n|---|---|---|---|---|---|")
+        print("| shape | C execute us | Python plan us | function us | C/plan | C/function |\n"
+              "|---|---|---|---|---|---|")
         for shape in [(1, 1, 4, 4), (2, 16, 8, 8)]:
             x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
             y, ind = pg.max_pool2d_with_indices(x, 2, 2)

@@ -175,7 +175,7 @@ cdef class Plan:
 # The C API (layout and contract: include/poolgrad.h, docs/C_API.md)
 # ---------------------------------------------------------------------------------------------------------------
 
-cdef extern from "include/poolgrad.h" nogil:
+cdef extern from "poolgrad.h" nogil:
     enum:
         POOLGRAD_ABI_VERSION
         POOLGRAD_MAX_DIMS
