@@ -10,6 +10,9 @@ Public API (all functions validate their inputs and raise :class:`PoolGradError`
 * determinism and threads: :func:`set_deterministic`, :func:`is_deterministic`, :func:`deterministic`,
   :func:`show_config`
 * recycling of large outputs: :func:`set_buffer_cache_limit`, :func:`buffer_cache_info`, :func:`release_buffers`
+* plans (validate once, run many times): ``plan_<operator>`` for every operator above, :class:`Plan`,
+  :class:`ArraySpec` (see :mod:`poolgrad.plan_api`)
+* the C API for extension authors: :func:`get_include` (see docs/C_API.md)
 """
 from ._version import __version__ as __version__  # "as": re-exported for type checkers (PEP 484)
 
@@ -64,6 +67,22 @@ from .avg_pool import avg_pool2d, avg_pool2d_backward
 from .max_pool_indices import max_pool2d_with_indices, max_pool2d_with_indices_backward
 from .memory import buffer_cache_info, release_buffers
 from .tf_max_pool import max_pool, max_pool_grad
+from .plan_api import (ArraySpec, Plan, plan_adaptive_max_pool2d, plan_adaptive_max_pool2d_backward,
+                       plan_avg_pool2d, plan_avg_pool2d_backward, plan_max_pool, plan_max_pool2d_with_indices,
+                       plan_max_pool2d_with_indices_backward, plan_max_pool_grad, plan_max_pooling_grad)
+
+def get_include() -> str:
+    """The folder holding ``poolgrad.h`` (the C API header) and ``poolgrad.pxd`` (its Cython declarations).
+
+    Returns
+    -------
+    str
+        Pass it to the compiler's include path (``include_dirs=[poolgrad.get_include()]``), as with
+        ``numpy.get_include()``.  The extension links against nothing: it finds the function table at run time
+        (``poolgrad_import()`` in C, ``poolgrad.capi.import_poolgrad()`` in Cython).
+    """
+    import os
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 __all__ = [
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
@@ -72,4 +91,7 @@ __all__ = [
     "set_deterministic", "is_deterministic", "deterministic", "show_config", "get_config",
     "PoolGradError", "ParamNullptrError", "ParamInvalidError", "ACLNN_ERR_PARAM_NULLPTR",
     "ACLNN_ERR_PARAM_INVALID", "bfloat16", "set_buffer_cache_limit", "buffer_cache_info", "release_buffers",
+    "Plan", "ArraySpec", "plan_max_pool2d_with_indices", "plan_max_pool2d_with_indices_backward",
+    "plan_adaptive_max_pool2d", "plan_adaptive_max_pool2d_backward", "plan_avg_pool2d", "plan_avg_pool2d_backward",
+    "plan_max_pool", "plan_max_pool_grad", "plan_max_pooling_grad", "get_include",
 ]

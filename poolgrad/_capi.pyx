@@ -1,0 +1,587 @@
+# cython: language_level=3
+"""The compiled half of the plan API (``plan_api.py``) and the C API for extension authors.
+
+Two things live here because both must be cheap and neither may depend on an operator module:
+
+* :class:`Plan`, the object the ``poolgrad.plan_*`` factories return.  Calling it checks in compiled code that
+  every array has exactly the type, dtype, shape, strides and alignment the plan was made for (naming the argument
+  and what differs otherwise), then runs the operator's internal plan, which does only the data-dependent work.
+* The C API: a table of C function pointers (``poolgrad_capi``, layout in ``include/poolgrad.h``) published as the
+  ``PyCapsule`` ``poolgrad._capi._C_API``.  Its functions wrap the caller's pointers in NumPy views and run a
+  :class:`Plan`; see docs/C_API.md for what holds the GIL and what does not.
+"""
+cimport numpy as cnp
+from cpython.pycapsule cimport PyCapsule_New
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memset
+
+import numpy as np
+
+from poolgrad.errors import ParamInvalidError, ParamNullptrError, PoolGradError
+
+cnp.import_array()
+
+cdef int _ALIGNED = cnp.NPY_ARRAY_ALIGNED
+cdef int _WRITEABLE = cnp.NPY_ARRAY_WRITEABLE
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Python plan object
+# ---------------------------------------------------------------------------------------------------------------
+
+cdef class _Spec:
+    """What one array argument must be: dtype, shape, strides (bytes), alignment, writeability (outputs)."""
+    cdef readonly str name
+    cdef readonly object dtype
+    cdef readonly tuple shape
+    cdef readonly tuple strides
+    cdef readonly bint aligned
+    cdef readonly bint writeable
+    cdef int nd
+    cdef int64_t dims[32]
+    cdef int64_t steps[32]
+
+    def __init__(self, str name, object a, bint output):
+        cdef int i
+        cdef cnp.ndarray arr = a
+        self.name = name
+        self.dtype = arr.dtype
+        self.nd = cnp.PyArray_NDIM(arr)
+        if self.nd > 32:
+            raise ParamInvalidError(f"{name}: at most 32 dimensions, got {self.nd}")
+        self.shape = a.shape
+        self.strides = a.strides
+        for i in range(self.nd):
+            self.dims[i] = cnp.PyArray_DIMS(arr)[i]
+            self.steps[i] = cnp.PyArray_STRIDES(arr)[i]
+        self.aligned = (cnp.PyArray_FLAGS(arr) & _ALIGNED) != 0
+        self.writeable = output     # only an output must be writeable; inputs are never written
+
+    cdef int check(self, object a) except -1:
+        cdef cnp.ndarray arr
+        cdef int i, nd
+        cdef int flags
+        if a is None:
+            raise ParamNullptrError(f"{self.name}: expected an array, got None")
+        if type(a) is not cnp.ndarray:
+            raise ParamInvalidError(f"{self.name}: a plan takes numpy.ndarray arguments only (the type it was made "
+                                    f"for), got {type(a).__name__}")
+        arr = <cnp.ndarray>a
+        if <object>cnp.PyArray_DESCR(arr) is not self.dtype and a.dtype != self.dtype:
+            raise ParamInvalidError(f"{self.name}: the plan was made for dtype {self.dtype}, got {a.dtype}")
+        nd = cnp.PyArray_NDIM(arr)
+        if nd != self.nd:
+            raise ParamInvalidError(f"{self.name}: the plan was made for shape {self.shape}, got {a.shape}")
+        for i in range(nd):
+            if cnp.PyArray_DIMS(arr)[i] != self.dims[i]:
+                raise ParamInvalidError(f"{self.name}: the plan was made for shape {self.shape}, got {a.shape}")
+        for i in range(nd):
+            if cnp.PyArray_STRIDES(arr)[i] != self.steps[i]:
+                raise ParamInvalidError(f"{self.name}: the plan was made for strides {self.strides} (bytes), got "
+                                        f"{a.strides}")
+        flags = cnp.PyArray_FLAGS(arr)
+        if self.aligned and not (flags & _ALIGNED):
+            raise ParamInvalidError(f"{self.name}: the plan was made for an aligned array, got a misaligned one")
+        if not self.aligned and (flags & _ALIGNED):
+            raise ParamInvalidError(f"{self.name}: the plan was made for a misaligned array, got an aligned one")
+        if self.writeable and not (flags & _WRITEABLE):
+            raise ParamInvalidError(f"{self.name}: expected a writeable array, got a read-only one")
+        return 0
+
+
+cdef class Plan:
+    """A validated, planned operator call, run as often as wanted on arrays of one signature.
+
+    Made by the ``poolgrad.plan_*`` factories (see :mod:`poolgrad.plan_api`); call it with the operator's array
+    arguments in the operator's order, and ``out=`` when the plan was made with one.  Every check that does not
+    depend on the data was done when the plan was made; a call checks that each array has exactly the plan's
+    type (``numpy.ndarray``), dtype, shape, strides and alignment (raising :class:`ParamInvalidError` naming the
+    argument and what differs), then runs: ``out=`` overlap check, allocation, kernels, index range check.
+
+    A plan holds no per-call state: scratch arrays are taken from a pool per plan and given back, so several
+    Python threads may call one plan at once (the kernels release the GIL).
+
+    Attributes
+    ----------
+    operator : str
+        The operator's function name, e.g. ``"max_pool2d_with_indices_backward"``.
+    names : tuple of str
+        The array arguments in call order (``out`` excluded).
+    specs : tuple
+        What each array (and then ``out``, when the plan has one) must be: objects with ``name``, ``dtype``,
+        ``shape``, ``strides`` (bytes) and ``aligned``.
+    has_out : bool
+        Whether calls pass ``out=`` (required then) or get a new array (``out`` must then be None).
+    deterministic : bool or None
+        The resolved determinism of a backward plan (None for forwards).
+    num_threads : int
+        The resolved OpenMP thread count.
+    """
+    cdef readonly str operator
+    cdef readonly tuple names
+    cdef readonly tuple specs
+    cdef readonly bint has_out
+    cdef readonly object deterministic
+    cdef readonly int num_threads
+    cdef object _run
+    cdef bint _takes_out
+    cdef int _n
+    cdef _Spec _out_spec
+    cdef object __weakref__
+
+    def __init__(self, str operator, object run, tuple names, tuple arrays, object out, bint takes_out,
+                 object deterministic, int num_threads):
+        cdef int i
+        if len(names) != len(arrays):
+            raise ValueError("names and arrays differ in length")
+        self.operator = operator
+        self._run = run
+        self.names = names
+        self._n = len(names)
+        specs = [_Spec(names[i], arrays[i], False) for i in range(self._n)]
+        self.has_out = out is not None
+        self._out_spec = _Spec("out", out, True) if out is not None else None
+        if out is not None:
+            specs.append(self._out_spec)
+        self.specs = tuple(specs)
+        self._takes_out = takes_out
+        self.deterministic = deterministic
+        self.num_threads = num_threads
+
+    def __call__(self, *arrays, out=None):
+        cdef Py_ssize_t n = len(arrays)
+        cdef int i
+        if n != self._n:
+            raise ParamInvalidError(f"{self.operator} plan: expected {self._n} arrays ({', '.join(self.names)}), "
+                                    f"got {n}")
+        for i in range(n):
+            (<_Spec>self.specs[i]).check(arrays[i])
+        if self._out_spec is not None:
+            self._out_spec.check(out)
+        elif out is not None:
+            raise ParamInvalidError(f"out: the plan was made without out=, so its calls allocate the result; "
+                                    f"make a plan with out= to write into an array")
+        if self._takes_out:
+            return self._run(*arrays, out)
+        return self._run(*arrays)
+
+    def __repr__(self):
+        sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.specs)
+        return f"<poolgrad.Plan {self.operator}({sig})>"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The C API (layout and contract: include/poolgrad.h, docs/C_API.md)
+# ---------------------------------------------------------------------------------------------------------------
+
+cdef extern from "poolgrad.h" nogil:
+    enum:
+        POOLGRAD_ABI_VERSION
+        POOLGRAD_MAX_DIMS
+        POOLGRAD_OK
+        POOLGRAD_ERR_PARAM_NULLPTR
+        POOLGRAD_ERR_PARAM_INVALID
+    ctypedef struct poolgrad_tensor:
+        void *data
+        int dtype
+        int ndim
+        int64_t shape[8]
+        int64_t strides[8]
+    ctypedef struct poolgrad_params:
+        int64_t kernel[2]
+        int64_t stride[2]
+        int64_t padding[2]
+        int64_t dilation[2]
+        int ceil_mode
+        int count_include_pad
+        int64_t divisor_override
+        int cube_math_type
+        int layout
+        int tf_padding
+        int check_orig_output
+        int deterministic
+        int num_threads
+    ctypedef struct poolgrad_plan:
+        pass
+    ctypedef struct poolgrad_capi:
+        unsigned int abi_version
+        unsigned int table_size
+        int (*plan_create)(poolgrad_plan **, int, const poolgrad_tensor *, int, const poolgrad_params *) noexcept nogil
+        int (*plan_execute)(poolgrad_plan *, const poolgrad_tensor *, int) noexcept nogil
+        void (*plan_destroy)(poolgrad_plan *) noexcept nogil
+        const char *(*last_error)() noexcept nogil
+        int (*op_tensor_count)(int, int *, int *) noexcept nogil
+
+cdef extern from *:
+    """
+    #include <string.h>
+    #include <stdlib.h>
+    /* One message buffer per OS thread: the status a function returns and the text this gives belong together,
+       and concurrent callers on other threads never overwrite each other's message. */
+    static _Thread_local char pg_capi_msg[1024];
+    static void pg_capi_set_msg(const char *text) {
+        size_t n = strlen(text);
+        if (n >= sizeof(pg_capi_msg)) n = sizeof(pg_capi_msg) - 1;
+        memcpy(pg_capi_msg, text, n);
+        pg_capi_msg[n] = 0;
+    }
+    static const char *pg_capi_get_msg(void) { return pg_capi_msg; }
+    /* What the C side keeps of a plan: the Python Plan, and the signature execute compares without the GIL. */
+    typedef struct {
+        PyObject *plan;
+        int op, nin, nout, forward;
+        poolgrad_tensor sig[4];
+    } pg_capi_plan;
+    """
+    void pg_capi_set_msg(const char *text) nogil
+    const char *pg_capi_get_msg() nogil
+    ctypedef struct pg_capi_plan:
+        PyObject *plan
+        int op, nin, nout, forward
+        poolgrad_tensor sig[4]
+    void *malloc(size_t) nogil
+    void free(void *) nogil
+    int snprintf(char *, size_t, const char *, ...) nogil
+
+cdef extern from *:
+    """
+    /* A plain ndarray viewing the caller's memory (takes its own reference to descr). */
+    static PyObject *pg_capi_view(PyObject *descr, int nd, npy_intp *dims, npy_intp *strides, void *data,
+                                  int flags) {
+        Py_INCREF(descr);
+        return PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, nd, dims, strides, data, flags, NULL);
+    }
+    """
+    object pg_capi_view(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides, void *data, int flags)
+
+# (inputs, outputs) per operator id, in the order of include/poolgrad.h
+cdef int _NIN[10]
+cdef int _NOUT[10]
+_NIN[:] = [0, 1, 3, 1, 3, 1, 2, 1, 3, 3]
+_NOUT[:] = [0, 2, 1, 2, 1, 1, 1, 1, 1, 1]
+_OP_NAMES = (None, "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "adaptive_max_pool2d",
+             "adaptive_max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "max_pool", "max_pool_grad",
+             "max_pooling_grad")
+_TENSOR_NAMES = (None, ("x", "y", "indices"), ("grad_output", "x", "indices", "grad_x"), ("x", "y", "indices"),
+                 ("grad_output", "x", "indices", "grad_x"), ("x", "y"), ("grad_output", "x", "grad_x"), ("x", "y"),
+                 ("x1", "x2", "grad", "grad_x1"), ("dy", "x", "y", "dx"))
+cdef int _ITEM[7]
+_ITEM[:] = [0, 4, 8, 2, 2, 4, 8]
+_DTYPES = None      # dtype code -> numpy dtype, filled on first use (bfloat16 comes from ml_dtypes)
+
+
+def _dtype_of(int code):
+    global _DTYPES
+    if _DTYPES is None:
+        from poolgrad.dtypes import bfloat16
+        _DTYPES = (None, np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), np.dtype(bfloat16),
+                   np.dtype(np.int32), np.dtype(np.int64))
+    return _DTYPES[code]
+
+
+cdef int _fail(int code, const char *text) noexcept nogil:
+    pg_capi_set_msg(text)
+    return code
+
+
+cdef int _check_tensor(const char *where, const poolgrad_tensor *t, int i, bint need_data,
+                       char *buf) noexcept nogil:
+    """What can be checked of one descriptor without the interpreter: dtype, rank, sizes, strides, data."""
+    cdef int d
+    cdef int64_t count = 1
+    cdef int64_t extent
+    cdef int64_t step
+    cdef int item
+    if t.dtype < 1 or t.dtype > 6:
+        snprintf(buf, 512, "%s: tensor %d: unknown dtype code %d (expected 1..6, POOLGRAD_FLOAT32..INT64)",
+                 where, i, t.dtype)
+        return POOLGRAD_ERR_PARAM_INVALID
+    if t.ndim < 1 or t.ndim > POOLGRAD_MAX_DIMS:
+        snprintf(buf, 512, "%s: tensor %d: ndim must be 1..%d, got %d", where, i, <int>POOLGRAD_MAX_DIMS, t.ndim)
+        return POOLGRAD_ERR_PARAM_INVALID
+    item = _ITEM[t.dtype]
+    extent = item
+    for d in range(t.ndim):
+        if t.shape[d] < 0:
+            snprintf(buf, 512, "%s: tensor %d: shape[%d] is negative (%lld)", where, i, d, <long long>t.shape[d])
+            return POOLGRAD_ERR_PARAM_INVALID
+        if t.shape[d] > 1:
+            # bytes spanned along this axis, refused (by division, before anything can overflow) when the
+            # whole tensor would span more than 2**60 bytes: a bad stride is a status, never a wild address
+            step = t.strides[d] if t.strides[d] >= 0 else -t.strides[d]
+            if step > ((<int64_t>1 << 60) - extent) // item // (t.shape[d] - 1):
+                snprintf(buf, 512, "%s: tensor %d: stride %lld along axis %d (size %lld) spans more memory than "
+                         "can exist", where, i, <long long>t.strides[d], d, <long long>t.shape[d])
+                return POOLGRAD_ERR_PARAM_INVALID
+            extent += (t.shape[d] - 1) * step * item
+        if t.shape[d] == 0:
+            count = 0
+        elif count > 0 and t.shape[d] > (<int64_t>1 << 62) // count:
+            count = <int64_t>1 << 62
+        else:
+            count *= t.shape[d]
+    if need_data and count > 0 and t.data == NULL:
+        snprintf(buf, 512, "%s: tensor %d: data is NULL", where, i)
+        return POOLGRAD_ERR_PARAM_NULLPTR
+    return POOLGRAD_OK
+
+
+cdef object _spec_of(const poolgrad_tensor *t):
+    """The ArraySpec of a descriptor (strides converted to bytes; alignment from the pointer when given)."""
+    from poolgrad.plan_api import ArraySpec
+    cdef int item = _ITEM[t.dtype]
+    shape = [t.shape[d] for d in range(t.ndim)]
+    strides = [t.strides[d] * item for d in range(t.ndim)]
+    aligned = t.data == NULL or (<size_t>t.data) % item == 0
+    return ArraySpec(shape, _dtype_of(t.dtype), strides, aligned)
+
+
+cdef object _view_of(const poolgrad_tensor *t, bint writeable):
+    """A NumPy view of the caller's memory (no copy; read-only for inputs)."""
+    cdef cnp.npy_intp dims[8]
+    cdef cnp.npy_intp steps[8]
+    cdef int item = _ITEM[t.dtype]
+    cdef int d
+    cdef void *data = t.data
+    for d in range(t.ndim):
+        dims[d] = t.shape[d]
+        steps[d] = t.strides[d] * item
+    dt = _dtype_of(t.dtype)
+    if data == NULL:            # no element: any aligned address will do, nothing is read or written
+        data = <void *>&_ITEM[0]
+    return pg_capi_view(dt, t.ndim, dims, steps, data, cnp.NPY_ARRAY_WRITEABLE if writeable else 0)
+
+
+cdef object _python_plan(int op, const poolgrad_tensor *tensors, const poolgrad_params *p):
+    """Make the Python Plan for a C plan request (raises what the Python API raises)."""
+    import poolgrad.plan_api as api
+    cdef int nin = _NIN[op]
+    layout = {0: "NCHW", 1: "NHWC"}.get(p.layout)
+    if layout is None:
+        raise ParamInvalidError(f"params.layout: expected POOLGRAD_NCHW (0) or POOLGRAD_NHWC (1), got {p.layout}")
+    det = None if p.deterministic == -1 else (p.deterministic != 0) if p.deterministic in (0, 1) else p.deterministic
+    nthreads = None if p.num_threads == 0 else p.num_threads
+    kernel = (p.kernel[0], p.kernel[1])
+    stride = None if p.stride[0] == 0 and p.stride[1] == 0 else (p.stride[0], p.stride[1])
+    padding = (p.padding[0], p.padding[1])
+    dilation = (p.dilation[0], p.dilation[1])
+    ceil_mode = p.ceil_mode != 0 if p.ceil_mode in (0, 1) else p.ceil_mode
+    ins = [_spec_of(&tensors[i]) for i in range(nin)]
+    out = _spec_of(&tensors[nin])
+    if op == 1:
+        return api.plan_max_pool2d_with_indices(ins[0], kernel, stride, padding, dilation, ceil_mode,
+                                                layout=layout, index_dtype=_spec_of(&tensors[2]).dtype,
+                                                num_threads=nthreads)
+    if op == 2:
+        return api.plan_max_pool2d_with_indices_backward(*ins, kernel, stride, padding, dilation, ceil_mode,
+                                                         layout=layout, out=out, deterministic=det,
+                                                         num_threads=nthreads)
+    if op == 3:
+        # the output size is y's (Ho, Wo) in the layout's axis order
+        if len(out.shape) not in (3, 4):
+            raise ParamInvalidError(f"y: expected a 3-D or 4-D array, got {len(out.shape)}-D with shape "
+                                    f"{out.shape}")
+        h = (1 if layout == "NCHW" else 0) + len(out.shape) - 3
+        size = (out.shape[h], out.shape[h + 1])
+        return api.plan_adaptive_max_pool2d(ins[0], size, layout=layout,
+                                            index_dtype=_spec_of(&tensors[2]).dtype, num_threads=nthreads)
+    if op == 4:
+        return api.plan_adaptive_max_pool2d_backward(*ins, layout=layout, out=out, deterministic=det,
+                                                     num_threads=nthreads)
+    include_pad = p.count_include_pad != 0 if p.count_include_pad in (0, 1) else p.count_include_pad
+    divisor = None if p.divisor_override == 0 else p.divisor_override
+    if op == 5:
+        return api.plan_avg_pool2d(ins[0], kernel, stride, padding, ceil_mode, include_pad, divisor,
+                                   layout=layout, num_threads=nthreads)
+    if op == 6:
+        return api.plan_avg_pool2d_backward(*ins, kernel, stride, padding, ceil_mode, include_pad, divisor,
+                                            p.cube_math_type, layout=layout, out=out, deterministic=det,
+                                            num_threads=nthreads)
+    if op in (7, 8):
+        tf_pad = {0: "VALID", 1: "SAME"}.get(p.tf_padding)
+        if tf_pad is None:
+            raise ParamInvalidError(f"params.tf_padding: expected POOLGRAD_PADDING_VALID (0) or "
+                                    f"POOLGRAD_PADDING_SAME (1), got {p.tf_padding}")
+        sh, sw = (p.kernel[0], p.kernel[1]) if stride is None else stride
+        ksize = [1, 1, p.kernel[0], p.kernel[1]] if layout == "NCHW" else [1, p.kernel[0], p.kernel[1], 1]
+        strides = [1, 1, sh, sw] if layout == "NCHW" else [1, sh, sw, 1]
+        if op == 7:
+            return api.plan_max_pool(ins[0], ksize, strides, tf_pad, layout, num_threads=nthreads)
+        check = p.check_orig_output != 0 if p.check_orig_output in (0, 1) else p.check_orig_output
+        return api.plan_max_pool_grad(*ins, ksize, strides, tf_pad, layout, check_orig_output=check, out=out,
+                                      deterministic=det, num_threads=nthreads)
+    return api.plan_max_pooling_grad(*ins, out=out, deterministic=det, num_threads=nthreads)
+
+
+cdef int _python_error(str where) noexcept:
+    """Turn the Python exception being handled into a status and this thread's message (GIL held)."""
+    import sys
+    exc = sys.exc_info()[1]
+    code = getattr(exc, "code", None) if isinstance(exc, PoolGradError) else None
+    if code not in (POOLGRAD_ERR_PARAM_NULLPTR, POOLGRAD_ERR_PARAM_INVALID):
+        code = POOLGRAD_ERR_PARAM_INVALID
+    text = str(exc) if isinstance(exc, PoolGradError) else f"{type(exc).__name__}: {exc}"
+    msg = f"{where}: {text}".encode("utf-8", "replace")
+    pg_capi_set_msg(msg)
+    return code
+
+
+cdef int _plan_create(poolgrad_plan **plan_out, int op, const poolgrad_tensor *tensors, int ntensors,
+                      const poolgrad_params *params) noexcept nogil:
+    cdef char buf[512]
+    cdef int i, status, nin, nout
+    cdef pg_capi_plan *cp
+    if plan_out == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_NULLPTR, b"poolgrad_plan_create: plan is NULL")
+    plan_out[0] = NULL
+    if tensors == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_NULLPTR, b"poolgrad_plan_create: tensors is NULL")
+    if params == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_NULLPTR, b"poolgrad_plan_create: params is NULL")
+    if op < 1 or op > 9:
+        snprintf(buf, 512, "poolgrad_plan_create: unknown operator %d (expected 1..9)", op)
+        return _fail(POOLGRAD_ERR_PARAM_INVALID, buf)
+    nin = _NIN[op]
+    nout = _NOUT[op]
+    if ntensors != nin + nout:
+        snprintf(buf, 512, "poolgrad_plan_create: operator %d takes %d tensors (%d inputs, %d outputs), got %d",
+                 op, nin + nout, nin, nout, ntensors)
+        return _fail(POOLGRAD_ERR_PARAM_INVALID, buf)
+    for i in range(ntensors):
+        status = _check_tensor(b"poolgrad_plan_create", &tensors[i], i, False, buf)
+        if status != POOLGRAD_OK:
+            return _fail(status, buf)
+    cp = <pg_capi_plan *>malloc(sizeof(pg_capi_plan))
+    if cp == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_INVALID, b"poolgrad_plan_create: out of memory")
+    cp.op, cp.nin, cp.nout, cp.forward = op, nin, nout, op in (1, 3, 5, 7)
+    for i in range(ntensors):
+        cp.sig[i] = tensors[i]
+        cp.sig[i].data = NULL
+    with gil:
+        status = _make_python_plan(cp, tensors, params)
+    if status != POOLGRAD_OK:
+        free(cp)
+        return status
+    pg_capi_set_msg(b"")
+    plan_out[0] = <poolgrad_plan *>cp
+    return POOLGRAD_OK
+
+
+cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
+                           const poolgrad_params *params) noexcept with gil:
+    cdef int i
+    try:
+        plan = _python_plan(cp.op, tensors, params)
+        if cp.forward:
+            # The forward plans allocate their results (copied into the caller's outputs on execute): one run
+            # on zero-filled examples now gives their shapes and dtypes, which the outputs must have.
+            names = _TENSOR_NAMES[cp.op]
+            res = plan(*[_spec_of(&tensors[i]).example() for i in range(cp.nin)])
+            res = res if type(res) is tuple else (res,)
+            for i in range(cp.nout):
+                want = _spec_of(&tensors[cp.nin + i])
+                got = res[i]
+                if tuple(want.shape) != got.shape or want.dtype != got.dtype:
+                    raise ParamInvalidError(f"{names[cp.nin + i]}: expected shape {got.shape} and dtype "
+                                            f"{got.dtype} for these inputs and parameters, got shape "
+                                            f"{tuple(want.shape)} and dtype {want.dtype}")
+        Py_INCREF(plan)
+        cp.plan = <PyObject *>plan
+        return POOLGRAD_OK
+    except BaseException:
+        return _python_error("poolgrad_plan_create(" + _OP_NAMES[cp.op] + ")")
+
+
+cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int ntensors) noexcept nogil:
+    cdef char buf[512]
+    cdef int i, d, status
+    cdef pg_capi_plan *cp = <pg_capi_plan *>plan
+    cdef const poolgrad_tensor *t
+    cdef const poolgrad_tensor *s
+    if plan == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_NULLPTR, b"poolgrad_plan_execute: plan is NULL")
+    if tensors == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_NULLPTR, b"poolgrad_plan_execute: tensors is NULL")
+    if ntensors != cp.nin + cp.nout:
+        snprintf(buf, 512, "poolgrad_plan_execute: the plan takes %d tensors, got %d", cp.nin + cp.nout, ntensors)
+        return _fail(POOLGRAD_ERR_PARAM_INVALID, buf)
+    # The signature check, without the GIL: every descriptor must be the one the plan was made for.
+    for i in range(ntensors):
+        t = &tensors[i]
+        s = &cp.sig[i]
+        if t.dtype != s.dtype or t.ndim != s.ndim:
+            snprintf(buf, 512, "poolgrad_plan_execute: tensor %d: the plan was made for dtype %d and ndim %d, got "
+                     "dtype %d and ndim %d", i, s.dtype, s.ndim, t.dtype, t.ndim)
+            return _fail(POOLGRAD_ERR_PARAM_INVALID, buf)
+        for d in range(s.ndim):
+            if t.shape[d] != s.shape[d]:
+                snprintf(buf, 512, "poolgrad_plan_execute: tensor %d: the plan was made for shape[%d] = %lld, "
+                         "got %lld", i, d, <long long>s.shape[d], <long long>t.shape[d])
+                return _fail(POOLGRAD_ERR_PARAM_INVALID, buf)
+            if t.strides[d] != s.strides[d]:
+                snprintf(buf, 512, "poolgrad_plan_execute: tensor %d: the plan was made for strides[%d] = %lld "
+                         "elements, got %lld", i, d, <long long>s.strides[d], <long long>t.strides[d])
+                return _fail(POOLGRAD_ERR_PARAM_INVALID, buf)
+        status = _check_tensor(b"poolgrad_plan_execute", t, i, True, buf)
+        if status != POOLGRAD_OK:
+            return _fail(status, buf)
+    return _run_python_plan(cp, tensors)
+
+
+cdef int _run_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept with gil:
+    # The GIL is held only here; the kernels the plan calls release it while they run.
+    cdef int i
+    cdef object plan = <object>cp.plan
+    try:
+        ins = [_view_of(&tensors[i], False) for i in range(cp.nin)]
+        if cp.forward:
+            res = plan(*ins)
+            res = res if type(res) is tuple else (res,)
+            for i in range(cp.nout):
+                cnp.PyArray_CopyInto(_view_of(&tensors[cp.nin + i], True), res[i])
+        else:
+            plan(*ins, out=_view_of(&tensors[cp.nin], True))
+        pg_capi_set_msg(b"")
+        return POOLGRAD_OK
+    except BaseException:
+        return _python_error("poolgrad_plan_execute(" + _OP_NAMES[cp.op] + ")")
+
+
+cdef void _plan_destroy(poolgrad_plan *plan) noexcept nogil:
+    cdef pg_capi_plan *cp = <pg_capi_plan *>plan
+    if cp == NULL:
+        return
+    with gil:
+        Py_DECREF(<object>cp.plan)
+    free(cp)
+
+
+cdef const char *_last_error() noexcept nogil:
+    return pg_capi_get_msg()
+
+
+cdef int _op_tensor_count(int op, int *ninputs, int *noutputs) noexcept nogil:
+    if ninputs == NULL or noutputs == NULL:
+        return _fail(POOLGRAD_ERR_PARAM_NULLPTR, b"poolgrad op_tensor_count: a result pointer is NULL")
+    if op < 1 or op > 9:
+        return _fail(POOLGRAD_ERR_PARAM_INVALID, b"poolgrad op_tensor_count: unknown operator")
+    ninputs[0] = _NIN[op]
+    noutputs[0] = _NOUT[op]
+    return POOLGRAD_OK
+
+
+cdef poolgrad_capi _table
+_table.abi_version = POOLGRAD_ABI_VERSION
+_table.table_size = sizeof(poolgrad_capi)
+_table.plan_create = _plan_create
+_table.plan_execute = _plan_execute
+_table.plan_destroy = _plan_destroy
+_table.last_error = _last_error
+_table.op_tensor_count = _op_tensor_count
+
+#: The function table for C extensions (see include/poolgrad.h; fetched by ``poolgrad_import()``).
+_C_API = PyCapsule_New(<void *>&_table, b"poolgrad._capi._C_API", NULL)
+#: The ABI version of the table.
+ABI_VERSION = POOLGRAD_ABI_VERSION

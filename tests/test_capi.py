@@ -1,0 +1,419 @@
+"""The C API (poolgrad/include/poolgrad.h, poolgrad/_capi.pyx): every operator through the function table
+(called with ctypes, which releases the GIL around each call), statuses and messages for misuse, and the two
+example extensions built in a temporary folder and run from several threads without the GIL."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from poolgrad import _capi
+from poolgrad.dtypes import bfloat16
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OK, NULLPTR, INVALID = 0, 161001, 161002
+CODES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.float16): 3, np.dtype(bfloat16): 4,
+         np.dtype(np.int32): 5, np.dtype(np.int64): 6}
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 8), ("strides", ctypes.c_int64 * 8)]
+
+
+class Params(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_int64 * 2), ("stride", ctypes.c_int64 * 2), ("padding", ctypes.c_int64 * 2),
+                ("dilation", ctypes.c_int64 * 2), ("ceil_mode", ctypes.c_int32),
+                ("count_include_pad", ctypes.c_int32), ("divisor_override", ctypes.c_int64),
+                ("cube_math_type", ctypes.c_int32), ("layout", ctypes.c_int32), ("tf_padding", ctypes.c_int32),
+                ("check_orig_output", ctypes.c_int32), ("deterministic", ctypes.c_int32),
+                ("num_threads", ctypes.c_int32)]
+
+
+CREATE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32, ctypes.POINTER(Tensor),
+                          ctypes.c_int32, ctypes.POINTER(Params))
+EXECUTE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Tensor), ctypes.c_int32)
+DESTROY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_char_p)
+COUNT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
+                         ctypes.POINTER(ctypes.c_int32))
+
+
+class Table(ctypes.Structure):
+    _fields_ = [("abi_version", ctypes.c_uint32), ("table_size", ctypes.c_uint32), ("plan_create", CREATE),
+                ("plan_execute", EXECUTE), ("plan_destroy", DESTROY), ("last_error", LAST_ERROR),
+                ("op_tensor_count", COUNT)]
+
+
+def _table() -> Table:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return Table.from_address(get(_capi._C_API, b"poolgrad._capi._C_API"))
+
+
+API = _table()
+
+
+def tensor(a: np.ndarray | None, spec: np.ndarray | None = None) -> Tensor:
+    """The descriptor of ``a`` (or of ``spec``'s signature with a NULL pointer when ``a`` is None)."""
+    ref = a if a is not None else spec
+    t = Tensor()
+    t.data = None if a is None else a.__array_interface__["data"][0]
+    t.dtype = CODES[ref.dtype]
+    t.ndim = ref.ndim
+    for d in range(ref.ndim):
+        t.shape[d] = ref.shape[d]
+        t.strides[d] = ref.strides[d] // ref.itemsize
+    return t
+
+
+def params(**kw) -> Params:
+    p = Params()
+    p.dilation[:] = [1, 1]
+    p.count_include_pad, p.deterministic = 1, -1
+    for k, v in kw.items():
+        if isinstance(v, tuple):
+            getattr(p, k)[:] = list(v)
+        else:
+            setattr(p, k, v)
+    return p
+
+
+def error() -> str:
+    return API.last_error().decode()
+
+
+def create(op: int, arrays: list, p: Params, with_data: bool = False) -> tuple[int, ctypes.c_void_p]:
+    ts = (Tensor * len(arrays))(*[tensor(a if with_data else None, a) for a in arrays])
+    plan = ctypes.c_void_p()
+    return API.plan_create(ctypes.byref(plan), op, ts, len(arrays), ctypes.byref(p)), plan
+
+
+def execute(plan: ctypes.c_void_p, arrays: list) -> int:
+    ts = (Tensor * len(arrays))(*[tensor(a) for a in arrays])
+    return API.plan_execute(plan, ts, len(arrays))
+
+
+def run(op: int, inputs: list, outputs: list, p: Params) -> None:
+    status, plan = create(op, inputs + outputs, p)
+    assert status == OK, error()
+    try:
+        assert execute(plan, inputs + outputs) == OK, error()
+        assert error() == ""
+    finally:
+        API.plan_destroy(plan)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_table_header():
+    assert API.abi_version == _capi.ABI_VERSION == 1
+    assert API.table_size == ctypes.sizeof(Table)
+    nin, nout = ctypes.c_int32(), ctypes.c_int32()
+    counts = []
+    for op in range(1, 10):
+        assert API.op_tensor_count(op, ctypes.byref(nin), ctypes.byref(nout)) == OK
+        counts.append((nin.value, nout.value))
+    assert counts == [(1, 2), (3, 1), (1, 2), (3, 1), (1, 1), (2, 1), (1, 1), (3, 1), (3, 1)]
+    assert API.op_tensor_count(0, ctypes.byref(nin), ctypes.byref(nout)) == INVALID
+    assert API.op_tensor_count(1, None, ctypes.byref(nout)) == NULLPTR
+    header = open(os.path.join(pg.get_include(), "poolgrad.h")).read()
+    assert "#define POOLGRAD_ABI_VERSION 1\n" in header
+    assert os.path.exists(os.path.join(pg.get_include(), "poolgrad_capi.pxd"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16], ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("layout", [0, 1], ids=["NCHW", "NHWC"])
+def test_every_operator_matches_the_python_api(dtype, layout):
+    rng = np.random.default_rng(3)
+    lay = ("NCHW", "NHWC")[layout]
+    x = rng.standard_normal((2, 3, 9, 7)).astype(dtype)
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    # 1, 2: max pooling with indices
+    y, ind = pg.max_pool2d_with_indices(x, 3, 2, 1, layout=lay)
+    cy, cind = np.empty_like(y), np.empty_like(ind)
+    run(1, [x], [cy, cind], params(kernel=(3, 3), stride=(2, 2), padding=(1, 1), layout=layout))
+    assert _same(cy, y) and _same(cind, ind)
+    go = rng.standard_normal(y.shape).astype(dtype)
+    gx = np.full_like(x, np.nan)
+    run(2, [go, x, ind], [gx], params(kernel=(3, 3), stride=(2, 2), padding=(1, 1), layout=layout))
+    assert _same(gx, pg.max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, layout=lay))
+    # 3, 4: adaptive (output size from y's shape), int32 indices
+    ay, aind = pg.adaptive_max_pool2d(x, (4, 5), layout=lay, index_dtype=np.int32)
+    cy, cind = np.empty_like(ay), np.empty_like(aind)
+    run(3, [x], [cy, cind], params(layout=layout))
+    assert _same(cy, ay) and _same(cind, aind)
+    ago = rng.standard_normal(ay.shape).astype(dtype)
+    run(4, [ago, x, aind], [gx], params(layout=layout))
+    assert _same(gx, pg.adaptive_max_pool2d_backward(ago, x, aind, layout=lay))
+    # 5, 6: average pooling (divisor_override, count_include_pad=False, ceil_mode)
+    av = pg.avg_pool2d(x, 3, 2, 1, True, False, layout=lay)
+    cav = np.empty_like(av)
+    p = params(kernel=(3, 3), stride=(2, 2), padding=(1, 1), ceil_mode=1, count_include_pad=0, layout=layout)
+    run(5, [x], [cav], p)
+    assert _same(cav, av)
+    avgo = rng.standard_normal(av.shape).astype(dtype)
+    run(6, [avgo, x], [gx], p)
+    assert _same(gx, pg.avg_pool2d_backward(avgo, x, 3, 2, 1, True, False, layout=lay))
+    p = params(kernel=(2, 3), divisor_override=5, layout=layout)
+    ref = pg.avg_pool2d_backward(rng.standard_normal(pg.avg_pool2d(x, (2, 3), divisor_override=5,
+                                                                   layout=lay).shape).astype(dtype),
+                                 x, (2, 3), divisor_override=5, layout=lay)
+    # 7, 8: TensorFlow max pooling, SAME padding
+    ks = [1, 1, 3, 3] if layout == 0 else [1, 3, 3, 1]
+    st = [1, 1, 2, 2] if layout == 0 else [1, 2, 2, 1]
+    ty = pg.max_pool(x, ks, st, "SAME", lay)
+    cty = np.empty_like(ty)
+    p = params(kernel=(3, 3), stride=(2, 2), tf_padding=1, layout=layout, check_orig_output=1)
+    run(7, [x], [cty], p)
+    assert _same(cty, ty)
+    tg = rng.standard_normal(ty.shape).astype(dtype)
+    run(8, [x, ty, tg], [gx], p)
+    assert _same(gx, pg.max_pool_grad(x, ty, tg, ks, st, "SAME", lay))
+    # 9: element-wise, 3-D and a non-contiguous dy
+    dy = rng.standard_normal((5, 4, 6)).astype(dtype)[:, ::2]
+    ex = rng.standard_normal((5, 2, 6)).astype(dtype)
+    ey = np.where(rng.random(ex.shape) < 0.5, ex, 0).astype(dtype)
+    dx = np.empty_like(ex)
+    run(9, [dy, ex, ey], [dx], params())
+    assert _same(dx, pg.max_pooling_grad(dy, ex, ey))
+    assert ref.shape == x.shape
+
+
+def test_statuses_and_messages():
+    x = np.zeros((1, 2, 6, 6), np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 2)
+    go, gx = np.ones_like(y), np.empty_like(x)
+    p = params(kernel=(2, 2))
+    ts = (Tensor * 4)(*[tensor(None, a) for a in (go, x, ind, gx)])
+    plan = ctypes.c_void_p()
+    assert API.plan_create(None, 2, ts, 4, ctypes.byref(p)) == NULLPTR
+    assert error() == "poolgrad_plan_create: plan is NULL"
+    assert API.plan_create(ctypes.byref(plan), 2, None, 4, ctypes.byref(p)) == NULLPTR
+    assert API.plan_create(ctypes.byref(plan), 2, ts, 4, None) == NULLPTR
+    assert API.plan_create(ctypes.byref(plan), 10, ts, 4, ctypes.byref(p)) == INVALID
+    assert "unknown operator 10" in error()
+    bad = (Tensor * 4)(*[tensor(None, a) for a in (go, x, ind, gx)])
+    bad[1].dtype = 9
+    assert API.plan_create(ctypes.byref(plan), 2, bad, 4, ctypes.byref(p)) == INVALID
+    assert error() == ("poolgrad_plan_create: tensor 1: unknown dtype code 9 (expected 1..6, "
+                       "POOLGRAD_FLOAT32..INT64)")
+    bad[1].dtype, bad[1].ndim = 1, 9
+    assert API.plan_create(ctypes.byref(plan), 2, bad, 4, ctypes.byref(p)) == INVALID
+    bad[1].ndim, bad[1].strides[1] = 4, 1 << 62     # axis 1 has 2 elements: 2**62 elements apart
+    assert API.plan_create(ctypes.byref(plan), 2, bad, 4, ctypes.byref(p)) == INVALID
+    assert "spans more memory than can exist" in error()
+    bad[1].strides[1], bad[1].shape[2] = 36, -1
+    assert API.plan_create(ctypes.byref(plan), 2, bad, 4, ctypes.byref(p)) == INVALID
+    # the Python API's own validation, message and code
+    assert create(2, [go, x, ind.astype(np.float32), gx], p)[0] == INVALID
+    assert error() == ("poolgrad_plan_create(max_pool2d_with_indices_backward): indices: expected dtype int32 or "
+                       "int64, got float32")
+    assert create(2, [go, x, ind, gx], params(kernel=(2, 2), layout=7))[0] == INVALID
+    assert "params.layout" in error()
+    assert create(2, [go, x, ind, gx], params(kernel=(2, 2), deterministic=5))[0] == INVALID
+    assert "deterministic" in error()
+    assert create(7, [x, y], params(kernel=(2, 2), tf_padding=3))[0] == INVALID
+    assert "params.tf_padding" in error()
+    assert create(1, [x, y[..., :2], ind], p)[0] == INVALID       # forward output of the wrong shape
+    assert error().startswith("poolgrad_plan_create(max_pool2d_with_indices): y: expected shape (1, 2, 3, 3)")
+
+    status, plan = create(2, [go, x, ind, gx], p)
+    assert status == OK
+    try:
+        good = (Tensor * 4)(*[tensor(a) for a in (go, x, ind, gx)])
+        assert API.plan_execute(None, good, 4) == NULLPTR
+        assert API.plan_execute(plan, None, 4) == NULLPTR
+        assert API.plan_execute(plan, good, 3) == INVALID
+        for i, field, value in ((0, "data", None), (3, "data", None)):
+            t = (Tensor * 4)(*[tensor(a) for a in (go, x, ind, gx)])
+            setattr(t[i], field, value)
+            assert API.plan_execute(plan, t, 4) == NULLPTR
+            assert error() == f"poolgrad_plan_execute: tensor {i}: data is NULL"
+        t = (Tensor * 4)(*[tensor(a) for a in (go, x, ind, gx)])
+        t[2].strides[3] = -1
+        assert API.plan_execute(plan, t, 4) == INVALID
+        assert error() == ("poolgrad_plan_execute: tensor 2: the plan was made for strides[3] = 1 elements, "
+                           "got -1")
+        t[2].strides[3], t[3].shape[1] = 1, 3
+        assert API.plan_execute(plan, t, 4) == INVALID
+        t[3].shape[1], t[0].dtype = 2, 2
+        assert API.plan_execute(plan, t, 4) == INVALID
+        assert "dtype" in error()
+        bad_ind = ind.copy()
+        bad_ind[0, 1, 2, 2] = -1
+        assert execute(plan, [go, x, bad_ind, gx]) == INVALID
+        assert "got -1 at position (n=0, c=1, oh=2, ow=2)" in error()
+        assert execute(plan, [go, x, ind, x]) == INVALID             # out overlaps an input
+        assert "out: must not share memory with x" in error()
+        assert execute(plan, [go, x, ind, gx]) == OK and error() == ""
+        misaligned = np.ndarray(x.shape, x.dtype, np.zeros(x.nbytes + 4, np.uint8), offset=2)
+        assert execute(plan, [go, misaligned, ind, gx]) == INVALID
+        assert "aligned" in error()
+    finally:
+        API.plan_destroy(plan)
+    API.plan_destroy(None)      # a no-op
+
+
+def test_zero_batch_and_null_data():
+    x = np.zeros((0, 2, 4, 4), np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 2)
+    gx = np.empty_like(x)
+    status, plan = create(2, [y, x, ind, gx], params(kernel=(2, 2)))
+    assert status == OK, error()
+    try:
+        ts = (Tensor * 4)(*[tensor(None, a) for a in (y, x, ind, gx)])
+        assert API.plan_execute(plan, ts, 4) == OK, error()
+    finally:
+        API.plan_destroy(plan)
+
+
+def _build(src: str, dest, env_extra: dict | None = None) -> None:
+    shutil.copytree(os.path.join(ROOT, "examples", src), dest)
+    env = dict(os.environ, PYTHONPATH=ROOT, **(env_extra or {}))
+    res = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=dest, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+CHECK = """
+import numpy as np, poolgrad as pg, {mod} as m
+rng = np.random.default_rng(5)
+x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
+y, ind = pg.max_pool2d_with_indices(x, 3, 2)
+go = rng.standard_normal(y.shape).astype(np.float32)
+out = np.full((4,) + x.shape, np.nan, np.float32)
+m.backward(go, x, ind, out, 3, 2, {args})
+ref = pg.max_pool2d_with_indices_backward(go, x, ind, 3, 2)
+assert all(np.array_equal(o, ref) for o in out), "mismatch"
+print("ok", pg.__file__)
+"""
+
+
+def _run(dest, code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(dest)]))
+    return subprocess.run([sys.executable, "-c", code], cwd=dest, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _needs_compiler():
+    if shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc") is None:
+        pytest.fail("no C compiler: the C API tests build the examples")
+
+
+def test_c_example_from_several_threads(tmp_path):
+    _needs_compiler()
+    _build("c_ext", tmp_path / "c")
+    res = _run(tmp_path / "c", CHECK.format(mod="pg_c_example", args="4, 25"))
+    assert res.returncode == 0 and res.stdout.startswith("ok " + ROOT), res.stdout + res.stderr
+    res = _run(tmp_path / "c", "import pg_c_example as m; print(m.error_statuses())")
+    assert res.returncode == 0, res.stderr
+    statuses = [s for s, _ in eval(res.stdout)]
+    assert statuses == [NULLPTR, INVALID, INVALID, INVALID, OK, NULLPTR, INVALID, NULLPTR, INVALID, OK]
+
+
+def test_cython_example_in_a_nogil_prange(tmp_path):
+    _needs_compiler()
+    _build("cython_ext", tmp_path / "cy")
+    res = _run(tmp_path / "cy", CHECK.format(mod="pg_cy_example", args="25"))
+    assert res.returncode == 0 and res.stdout.startswith("ok " + ROOT), res.stdout + res.stderr
+
+
+def test_header_newer_than_the_library_fails_cleanly_at_import(tmp_path):
+    _needs_compiler()
+    _build("c_ext", tmp_path / "c", {"CFLAGS": "-DPOOLGRAD_REQUIRED_ABI_VERSION=2"})
+    res = _run(tmp_path / "c", "import pg_c_example")
+    assert res.returncode == 1
+    assert ("ImportError: poolgrad C API: this extension was built against ABI version 2, but the installed "
+            "poolgrad provides version 1") in res.stderr
+
+
+def test_three_dimensional_inputs_and_adaptive_output_rank():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 7, 6)).astype(np.float32)       # (C, H, W), no batch axis
+    ay, aind = pg.adaptive_max_pool2d(x, (2, 4))
+    cy, cind = np.empty_like(ay), np.empty_like(aind)
+    run(3, [x], [cy, cind], params())
+    assert _same(cy, ay) and _same(cind, aind)
+    xh = np.ascontiguousarray(x.transpose(1, 2, 0))              # (H, W, C)
+    ay, aind = pg.adaptive_max_pool2d(xh, (2, 4), layout="NHWC")
+    cy, cind = np.empty_like(ay), np.empty_like(aind)
+    run(3, [xh], [cy, cind], params(layout=1))
+    assert _same(cy, ay) and _same(cind, aind)
+    assert create(3, [x, cy[0], cind[0]], params())[0] == INVALID
+    assert error() == ("poolgrad_plan_create(adaptive_max_pool2d): y: expected a 3-D or 4-D array, got 2-D "
+                       "with shape (4, 3)")
+
+
+def test_in_place_max_pooling_grad_and_partial_overlap():
+    rng = np.random.default_rng(7)
+    dy = rng.standard_normal((4, 5)).astype(np.float32)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    y = np.where(rng.random(x.shape) < 0.5, x, 0).astype(np.float32)
+    want = pg.max_pooling_grad(dy, x, y)
+    status, plan = create(9, [dy, x, y, np.empty_like(dy)], params())
+    assert status == OK
+    try:
+        assert execute(plan, [dy, x, y, dy]) == OK, error()       # out is dy exactly: in place, as in Python
+        assert _same(dy, want)
+        big = np.zeros((5, 5), np.float32)
+        assert execute(plan, [big[:4], x, y, big[1:]]) == INVALID  # any other overlap is refused
+        assert "out: must not share memory with dy" in error()
+    finally:
+        API.plan_destroy(plan)
+
+
+def test_one_c_plan_from_several_threads_without_the_gil():
+    import threading
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 4, 20, 20)).astype(np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 3, 2, 1)
+    gos = [rng.standard_normal(y.shape).astype(np.float32) for _ in range(4)]
+    wants = [pg.avg_pool2d_backward(g, x, 3, 2, 1) for g in gos]
+    outs = [np.empty_like(x) for _ in gos]
+    status, plan = create(6, [gos[0], x, outs[0]], params(kernel=(3, 3), stride=(2, 2), padding=(1, 1)))
+    assert status == OK
+    statuses: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(50):
+            statuses.append(execute(plan, [gos[k], x, outs[k]]))     # ctypes releases the GIL for the call
+
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        API.plan_destroy(plan)
+    assert statuses == [OK] * 200
+    assert all(_same(o, w) for o, w in zip(outs, wants))
+
+
+def test_the_worked_example_of_the_docs(tmp_path):
+    """docs/C_API.md's complete C module, its setup.py and its Python snippet, exactly as printed there."""
+    _needs_compiler()
+    text = open(os.path.join(ROOT, "docs", "C_API.md"), encoding="utf-8").read()
+    text = text[text.index("### Worked example (C)"):text.index("### Worked example (Cython)")]
+    blocks = [b.split("\n", 1)[1] for b in text.split("```")[1::2]]
+    c_src, setup_py, snippet = blocks
+    assert c_src.startswith("/* doc_example.c")
+    (tmp_path / "doc_example.c").write_text(c_src)
+    (tmp_path / "setup.py").write_text(setup_py)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = _run(tmp_path, snippet + "\nprint('ok')\n")
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
