@@ -13,7 +13,6 @@ Building a key costs well under a microsecond, against tens for the Python valid
 """
 cimport numpy as cnp
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
-from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 
 cnp.import_array()
 
@@ -71,22 +70,12 @@ cdef inline bint _add_scalar(list parts, object v) except -1:
 
 
 cdef inline bint _add_param(list parts, object v) except -1:
-    cdef Py_ssize_t i, n
     cdef type t = type(v)
-    if t is tuple:
-        n = PyTuple_GET_SIZE(v)
+    if t is tuple or t is list:         # a list and a tuple of the same ints parse alike: one key
         parts.append(_SEQ)
-        parts.append(n)
-        for i in range(n):
-            if not _add_scalar(parts, <object>PyTuple_GET_ITEM(v, i)):
-                return False
-        return True
-    if t is list:
-        n = PyList_GET_SIZE(v)
-        parts.append(_SEQ)
-        parts.append(n)
-        for i in range(n):
-            if not _add_scalar(parts, <object>PyList_GET_ITEM(v, i)):
+        parts.append(len(v))
+        for item in v:
+            if not _add_scalar(parts, item):
                 return False
         return True
     return _add_scalar(parts, v)
