@@ -163,7 +163,10 @@ def _expand_templates(sources: dict[str, str]) -> None:
             continue
         target = source[:-3]
         with open(source, encoding="utf-8") as fh:
-            text = Tempita.sub(fh.read(), DTYPES=DTYPES, ITYPES=ITYPES, COMBOS=COMBOS)
+            # DTYPE_NAMES: the dtype suffixes in DTYPES order, i.e. the integer code of each dtype is its position
+            # (the dispatchers' ``DTYPE_NAMES.index(dt)``), written down once here.
+            text = Tempita.sub(fh.read(), DTYPES=DTYPES, ITYPES=ITYPES, COMBOS=COMBOS,
+                               DTYPE_NAMES=tuple(d[0] for d in DTYPES))
         text = GENERATED_HEADER.format(os.path.basename(source)) + text
         old = None
         if os.path.exists(target):
