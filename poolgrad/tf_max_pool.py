@@ -9,7 +9,7 @@ Differences from TensorFlow's CPU kernels, all deliberate (see the docstrings):
   NaN only when it is the first cell of its window (later cells replace the maximum only when strictly greater,
   which is never true against or for a NaN), and ``tf.nn.max_pool2d`` ignores NaNs unless the window is all NaN.
 * A window of ``-inf`` gives ``-inf`` in :func:`max_pool` (TensorFlow's forward gives ``-FLT_MAX``).
-* float16/bfloat16 gradients are accumulated in float32 and rounded once (TensorFlow's float16 kernel sums in
+* float16/bfloat16 gradients are accumulated in float64 and rounded once (TensorFlow's float16 kernel sums in
   float16).  A float16/bfloat16 signalling NaN comes out of :func:`max_pool` quiet (payload kept).
 * ``x2``'s values are ignored, as in TensorFlow and CANN, unless ``check_orig_output=True`` asks to verify them.
 
@@ -256,7 +256,7 @@ def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4,
     -------
     ndarray
         ``grad_x1``: shape and dtype of ``x1``, in ``x1``'s memory order (or ``out``).  float16/bfloat16 are
-        accumulated in float32 and rounded once; every cell sums its contributions in output row-major order.
+        accumulated in float64 and rounded once; every cell sums its contributions in output row-major order.
 
     Raises
     ------
@@ -376,7 +376,8 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
     if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
         nb = -(-TF_ITEMS_PER_THREAD * nthreads // units)
         nb = max(1, min(nb, int(H // (MIN_BAND_WINDOWS * win_h))))
-    acc = np.float64 if pool.dt == "f64" else np.float32
+    # the ring's type: float32 sums float32; float64 sums float64 and the 16-bit types (rounded once on store)
+    acc = np.float32 if pool.dt == "f32" else np.float64
     cap_rows = max(1, RING_BUDGET // (np.dtype(acc).itemsize * row_elems))
     rows = min(win_h, -(-H // nb))
     if rows > cap_rows:                  # huge windows and rows: smaller bands keep the ring within budget

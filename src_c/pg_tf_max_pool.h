@@ -7,12 +7,23 @@
 #include <string.h>
 #include "pg_dtype.h"
 #include "pg_isa.h"
+#include "pg_avg.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #define PGTF_HAVE_STREAM 1
 #else
 #define PGTF_HAVE_STREAM 0
 #endif
+
+/* Two types per dtype: the compare type (the window maxima: float for float32 and the 16-bit types, which
+   widen to it exactly, double for float64; the ACC macro argument below) and the ring type, in which grad is
+   summed.  The 16-bit types sum in double and are rounded once on store (pg_avg.h's round-to-odd narrowing):
+   float16 terms sum exactly in double (up to 2**13 of them), and a bfloat16 sum cannot overflow where the exact
+   sum is finite.  A float32 ring would round every partial sum and could round twice. */
+typedef float pgtf_ring_f32;
+typedef double pgtf_ring_f64;
+typedef double pgtf_ring_f16;
+typedef double pgtf_ring_bf16;
 
 /* Copy/convert n accumulator values to storage, optionally with non-temporal stores (big outputs: no
    write-allocate reads, no cache pollution).  Stores are plain C; the streaming variant handles an
@@ -94,7 +105,8 @@ static inline void pgtf_zero_bytes(void *dst, size_t nbytes, int stream)
 #define PGTF_SCALAR_REST(DT, T, ACC, ARGT)                                                             \
 static inline void pgtf_rest_##DT(const T *xw, Py_ssize_t x_h, Py_ssize_t x_w, Py_ssize_t nh,          \
                                   Py_ssize_t nw, const int32_t *ro, Py_ssize_t C, Py_ssize_t n,        \
-                                  const T *g, Py_ssize_t g_c, ACC *ring, T *y, Py_ssize_t y_c)         \
+                                  const T *g, Py_ssize_t g_c, pgtf_ring_##DT *ring, T *y,              \
+                                  Py_ssize_t y_c)                                                      \
 {   /* the last n < block channels (or every channel without vector extensions): scalar */            \
     for (Py_ssize_t l = 0; l < n; l++) {                                                               \
         ACC b = pg_load_##DT(xw[l]);                                                                   \
@@ -154,7 +166,8 @@ PGTF_SCALAR_REST(bf16, uint16_t, float, int32_t)
 static void pgtf_row_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t x_w, Py_ssize_t h0,            \
                                   Py_ssize_t nh, const int32_t *ro, Py_ssize_t C, const int64_t *wlo,  \
                                   const int64_t *whi, Py_ssize_t Wo, const T *g, Py_ssize_t g_w,       \
-                                  Py_ssize_t g_c, ACC *ring, Py_ssize_t p0, Py_ssize_t np_, T *y,      \
+                                  Py_ssize_t g_c, pgtf_ring_##DT *ring, Py_ssize_t p0, Py_ssize_t np_, \
+                                  T *y,                                                                \
                                   Py_ssize_t y_w, Py_ssize_t y_c, Py_ssize_t ow_a, Py_ssize_t ow_b,    \
                                   Py_ssize_t sw, Py_ssize_t kw, Py_ssize_t pw)                         \
 {                                                                                                      \
@@ -171,7 +184,7 @@ static void pgtf_row_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t x_w, Py
                      pp < pb + r * x_h * (Py_ssize_t)sizeof(T); pp += 64)                              \
                     __builtin_prefetch(pp);                                                            \
         }                                                                                              \
-        ACC *rg = ring ? ring + w0 * C : ring;                                                         \
+        pgtf_ring_##DT *rg = ring ? ring + w0 * C : ring;                                              \
         const T *gw = g ? g + ow * g_w : g;                                                            \
         T *yw = y ? y + ow * y_w : y;                                                                  \
         PGTF_BLOCKS(DT, T, ACC, ARGT, VT, VM, VLOAD, LANES, 4)                                         \
@@ -229,7 +242,8 @@ static inline VT pgtf_gld_##DT##_##SFX(const T *p, Py_ssize_t step)             
 static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t x_w, Py_ssize_t h0,     \
                                          Py_ssize_t nh, const int32_t *ro, Py_ssize_t ow,              \
                                          Py_ssize_t ow1, Py_ssize_t sw, Py_ssize_t kw, Py_ssize_t pw,  \
-                                         Py_ssize_t cs, const T *g, Py_ssize_t g_w, ACC *ring, T *y,   \
+                                         Py_ssize_t cs, const T *g, Py_ssize_t g_w,                    \
+                                         pgtf_ring_##DT *ring, T *y,                                   \
                                          Py_ssize_t y_w)                                               \
 {   /* cs: ring elements per column (1 for a plane, C for channels-last) */                            \
     const Py_ssize_t step = sw * x_w;                                                                  \
@@ -344,40 +358,6 @@ static inline pgtf_vf_##SFX pgtf_ld_f16_##SFX(const uint16_t *p)                
     pgtf_vh_##SFX h; memcpy(&h, p, sizeof h);                                                          \
     return pgtf_cv_f16_##SFX(h);                                                                       \
 }                                                                                                      \
-static inline void pgtf_cvt_f16_##SFX(uint16_t *dst, const float *src, Py_ssize_t n)                 \
-{   /* lane-wise pg_f32_to_f16 (round to nearest even, NaN kept quiet): all three cases, then selects */ \
-    Py_ssize_t i = 0;                                                                                  \
-    for (; i + (S) <= n; i += (S)) {                                                                   \
-        pgtf_vu_##SFX x, sign, a, nrm, sub, big, mbig, msub, mnan, o;                                  \
-        memcpy(&x, src + i, sizeof x);                                                                 \
-        sign = x & 0x80000000u;                                                                        \
-        a = x ^ sign;                                                                                  \
-        nrm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;                                              \
-        sub = (pgtf_vu_##SFX)((pgtf_vf_##SFX)a + 0.5f) - 0x3f000000u;                                  \
-        mnan = (pgtf_vu_##SFX)(a > 0x7f800000u);                                                       \
-        big = (mnan & (0x7e00u | ((a >> 13) & 0x3ffu))) | (~mnan & 0x7c00u);                           \
-        mbig = (pgtf_vu_##SFX)(a >= 0x47800000u);                                                      \
-        msub = (pgtf_vu_##SFX)(a < 0x38800000u);                                                       \
-        o = (mbig & big) | (msub & sub) | (~(mbig | msub) & nrm);                                      \
-        o = (o & 0xffffu) | (sign >> 16);                                                              \
-        pgtf_vh_##SFX h = __builtin_convertvector(o, pgtf_vh_##SFX);                                   \
-        memcpy(dst + i, &h, sizeof h);                                                                 \
-    }                                                                                                  \
-    for (; i < n; i++) dst[i] = pg_f32_to_f16(src[i]);                                                 \
-}                                                                                                      \
-static inline void pgtf_cvt_bf16_##SFX(uint16_t *dst, const float *src, Py_ssize_t n)                \
-{   /* lane-wise pg_f32_to_bf16 */                                                                     \
-    Py_ssize_t i = 0;                                                                                  \
-    for (; i + (S) <= n; i += (S)) {                                                                   \
-        pgtf_vu_##SFX x, mnan, o;                                                                      \
-        memcpy(&x, src + i, sizeof x);                                                                 \
-        mnan = (pgtf_vu_##SFX)((x & 0x7fffffffu) > 0x7f800000u);                                       \
-        o = (mnan & ((x >> 16) | 0x0040u)) | (~mnan & ((x + 0x7fffu + ((x >> 16) & 1u)) >> 16));       \
-        pgtf_vh_##SFX h = __builtin_convertvector(o, pgtf_vh_##SFX);                                   \
-        memcpy(dst + i, &h, sizeof h);                                                                 \
-    }                                                                                                  \
-    for (; i < n; i++) dst[i] = pg_f32_to_bf16(src[i]);                                                \
-}                                                                                                      \
 PGTF_PROW(SFX, f32, float, float, int32_t, pgtf_vf_##SFX, pgtf_vi_##SFX,                              \
           pgtf_vf_##SFX, pgtf_vi_##SFX, pgtf_cv_f32_##SFX, S)                                         \
 PGTF_PROW(SFX, f16, uint16_t, float, int32_t, pgtf_vf_##SFX, pgtf_vi_##SFX,                           \
@@ -419,7 +399,8 @@ static int pgtf_isa_supported(void)
 static inline void pgtf_channel_row_##DT(int isa, const T *x, Py_ssize_t x_h, Py_ssize_t x_w,           \
                                          Py_ssize_t h0, Py_ssize_t nh, const int32_t *ro, Py_ssize_t C,\
                                          const int64_t *wlo, const int64_t *whi, Py_ssize_t Wo,        \
-                                         const T *g, Py_ssize_t g_w, Py_ssize_t g_c, ACC *ring,        \
+                                         const T *g, Py_ssize_t g_w, Py_ssize_t g_c,                   \
+                                         pgtf_ring_##DT *ring,                                         \
                                          Py_ssize_t p0, Py_ssize_t np_, T *y, Py_ssize_t y_w,          \
                                          Py_ssize_t y_c, Py_ssize_t ow_a, Py_ssize_t ow_b,             \
                                          Py_ssize_t sw, Py_ssize_t kw, Py_ssize_t pw)                  \
@@ -461,44 +442,23 @@ PGTF_DISPATCH(f64, double, double)
 PGTF_DISPATCH(f16, uint16_t, float)
 PGTF_DISPATCH(bf16, uint16_t, float)
 
-/* float32 -> 16-bit storage, n values, with the widest variant the CPU has. */
-#define PGTF_CVT(DT)                                                                                   \
-static inline void pgtf_cvt_##DT(int isa, uint16_t *dst, const float *src, Py_ssize_t n)               \
-{                                                                                                      \
-    PGTF_CVT_X86(DT)                                                                                   \
-    PGTF_CVT_BASE(DT)                                                                                  \
-    for (Py_ssize_t i = 0; i < n; i++) dst[i] = pg_f32_to_##DT(src[i]);                               \
-}
-#if PGTF_X86_VARIANTS
-#define PGTF_CVT_X86(DT)                                                                               \
-    if (isa >= 2) { pgtf_cvt_##DT##_avx512(dst, src, n); return; }                                    \
-    if (isa == 1) { pgtf_cvt_##DT##_avx2(dst, src, n); return; }
-#else
-#define PGTF_CVT_X86(DT)
-#endif
-#if PGTF_VEC
-#define PGTF_CVT_BASE(DT) if (isa >= 0) { pgtf_cvt_##DT##_base(dst, src, n); return; }
-#else
-#define PGTF_CVT_BASE(DT)
-#endif
-PGTF_CVT(f16)
-PGTF_CVT(bf16)
-
-/* Store n float32 accumulators as 16-bit values, optionally with non-temporal stores (chunks of 64 converted
-   into an aligned buffer, then streamed). */
+/* Store n float64 ring values as 16-bit values, each rounded once (pg_avg.h's row converters, vector variants
+   picked by pg_avg_simd, which the module ties to its isa_level), optionally with non-temporal stores (chunks
+   of 64 converted into a buffer, then streamed). */
 #define PGTF_PUT16(DT)                                                                                 \
-static inline void pgtf_put_##DT(int isa, uint16_t *dst, const float *src, Py_ssize_t n, int stream)   \
+static inline void pgtf_put_##DT(int isa, uint16_t *dst, const double *src, Py_ssize_t n, int stream)  \
 {                                                                                                      \
     Py_ssize_t i = 0;                                                                                  \
+    (void)isa;                                                                                         \
     if (PGTF_HAVE_STREAM && stream) {                                                                  \
-        uint16_t tmp[64];                                                                                \
-        for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = pg_f32_to_##DT(src[i]);           \
+        uint16_t tmp[64];                                                                              \
+        for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = pg_avg_store_##DT(src[i]);         \
         for (; i + 64 <= n; i += 64) {                                                                 \
-            pgtf_cvt_##DT(isa, tmp, src + i, 64);                                                      \
+            pg_f64_to_##DT##_row(tmp, src + i, 64);                                                    \
             for (int j = 0; j < 64; j += 8) PGTF_STREAM16(dst + i + j, tmp + j);                       \
         }                                                                                              \
     }                                                                                                  \
-    if (i < n) pgtf_cvt_##DT(isa, dst + i, src + i, n - i);                                            \
+    if (i < n) pg_f64_to_##DT##_row(dst + i, src + i, n - i);                                          \
 }
 PGTF_PUT16(f16)
 PGTF_PUT16(bf16)
@@ -508,7 +468,7 @@ static inline Py_ssize_t pgtf_plane_row_##DT(int isa, const T *x, Py_ssize_t x_h
                                              Py_ssize_t h0, Py_ssize_t nh, const int32_t *ro,          \
                                              Py_ssize_t ow, Py_ssize_t ow1, Py_ssize_t sw,             \
                                              Py_ssize_t kw, Py_ssize_t pw, const T *g, Py_ssize_t g_w, \
-                                             ACC *ring, T *y, Py_ssize_t y_w)                          \
+                                             pgtf_ring_##DT *ring, T *y, Py_ssize_t y_w)               \
 {                                                                                                      \
     PGTF_PDISPATCH_X86(DT)                                                                             \
     PGTF_PDISPATCH_BASE(DT)                                                                            \

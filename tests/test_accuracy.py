@@ -322,31 +322,27 @@ def test_adaptive_max_pool2d_backward_correctly_rounded(dtype, kind, H, W, Ho, W
                 _scatter_bound(go, idx, x.shape, dtype), dtype, "adaptive backward")
 
 
-# The fused TF kernel still sums 16-bit gradients in a float32 ring (src_c/pg_tf_max_pool.h, being rewritten):
-# three gradients into one cell can double-round, and bfloat16 sums near the largest finite overflow.  Strict
-# xfail on the deterministic three-gradient case below: the day the ring is float64 for the 16-bit types it
-# passes and must lose the marker.  The property test runs the composed path (channels-last inputs with fewer
-# than 8 channels: C = 3 here), whose scatter is float64 and correctly rounded; a property test of the fused
-# kernel under a strict xfail would be flaky (random examples rarely hit a double rounding).
-TF_FLOAT32_RING = pytest.mark.xfail(strict=True, reason="TF max_pool_grad accumulates 16-bit in float32 (issue 11)")
+# TF's MaxPoolGrad: NHWC with C = 3 takes the composed path (argmax, then the float64 banded scatter); NHWC with
+# C = 8 the fused channels-last kernel and NCHW the fused plane kernel, whose 16-bit rings are float64 too.
 
 
 @SETTINGS
 @given(DTYPE, KIND, st.integers(1, 16), st.integers(1, 16), st.integers(1, 3), st.integers(1, 3),
-       st.sampled_from(["SAME", "VALID"]), st.sampled_from(["NHWC"]), st.integers(0, 2 ** 32 - 1))
-def test_tf_max_pool_grad_correctly_rounded(dtype, kind, kh, kw, sh, sw, padding, fmt, seed):
+       st.sampled_from(["SAME", "VALID"]), st.sampled_from(["NHWC", "NCHW"]), st.sampled_from([3, 8]),
+       st.integers(0, 2 ** 32 - 1))
+def test_tf_max_pool_grad_correctly_rounded(dtype, kind, kh, kw, sh, sw, padding, fmt, C, seed):
     rng = np.random.default_rng(seed)
     H, W = int(rng.integers(kh, kh + 8)), int(rng.integers(kw, kw + 8))
-    x = _distinct(rng, (1, 3, H, W), dtype)
+    x = _distinct(rng, (1, C, H, W), dtype)
     xf = x.astype(np.float64)
     Ho, _ = slow_tf.out_size(H, kh, sh, padding)
     Wo, _ = slow_tf.out_size(W, kw, sw, padding)
-    idx = np.zeros((1, 3, Ho, Wo), np.int64)
-    for c in range(3):
+    idx = np.zeros((1, C, Ho, Wo), np.int64)
+    for c in range(C):
         for oh, ow, cells in slow_tf._windows(xf, (kh, kw), (sh, sw), padding):
             r, q = cells[slow_tf._argmax([xf[0, c, r, q] for r, q in cells], "poolgrad")]
             idx[0, c, oh, ow] = r * W + q
-    go = values(rng, (1, 3, Ho, Wo), dtype, kind)
+    go = values(rng, (1, C, Ho, Wo), dtype, kind)
     to = (lambda a: a.transpose(0, 2, 3, 1).copy()) if fmt == "NHWC" else (lambda a: a)
     ks = [1, kh, kw, 1] if fmt == "NHWC" else [1, 1, kh, kw]
     ss = [1, sh, sw, 1] if fmt == "NHWC" else [1, 1, sh, sw]
@@ -376,18 +372,41 @@ def test_three_contributions_just_above_a_tie(dtype):
     assert float(pg.adaptive_max_pool2d_backward(go, xa, ia)[0, 0, 0, 0]) == want, "adaptive"
 
 
-@TF_FLOAT32_RING
+def _tf_three_into_one(go: np.ndarray, dtype) -> list:
+    """TF's MaxPoolGrad with the three gradients ``go`` all landing on one cell (a 1x5 row, 1x3 windows, the
+    peak in the middle), through the composed path (NHWC, C = 1), the fused channels-last kernel (NHWC, C = 8)
+    and the fused plane kernel (NCHW, C = 1), each at 1 and 2 threads: that cell's value from each run and
+    channel (20 values)."""
+    got = []
+    for fmt, C in (("NHWC", 1), ("NHWC", 8), ("NCHW", 1)):
+        x = np.zeros((1, C, 1, 5), dtype)
+        x[:, :, 0, 2] = 1
+        g = np.broadcast_to(go, (1, C, 1, 3)).astype(dtype)
+        to = (lambda a: a.transpose(0, 2, 3, 1).copy()) if fmt == "NHWC" else (lambda a: a)
+        ks = [1, 1, 3, 1] if fmt == "NHWC" else [1, 1, 1, 3]
+        y = pg.max_pool(to(x), ks, [1, 1, 1, 1], "VALID", data_format=fmt)
+        for t in (1, 2):
+            gx = pg.max_pool_grad(to(x), y, to(g), ks, [1, 1, 1, 1], "VALID", data_format=fmt, num_threads=t)
+            gx = gx.transpose(0, 3, 1, 2) if fmt == "NHWC" else gx
+            got += [float(v) for v in gx[0, :, 0, 2]]
+    return got
+
+
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 def test_three_contributions_just_above_a_tie_tf(dtype):
-    """The same three gradients through TF's MaxPoolGrad."""
+    """The same three gradients through TF's MaxPoolGrad, fused kernels and composed path."""
     half, tiny = (2.0 ** -11, 2.0 ** -24) if dtype == F16 else (2.0 ** -8, 2.0 ** -30)
     go = np.array([1.0, half, tiny]).astype(np.float32).astype(dtype)
-    want = (1 + 2 * half)
-    xt = np.zeros((1, 1, 5, 1), dtype)
-    xt[0, 0, 2, 0] = 1
-    yt = pg.max_pool(xt, [1, 1, 3, 1], [1, 1, 1, 1], "VALID")
-    gt = pg.max_pool_grad(xt, yt, go.reshape(1, 1, 3, 1), [1, 1, 3, 1], [1, 1, 1, 1], "VALID")
-    assert float(gt[0, 0, 2, 0]) == want
+    assert _tf_three_into_one(go, dtype) == [1 + 2 * half] * 20
+
+
+def test_bfloat16_sum_past_float32_max_tf():
+    """max + max - max of bfloat16 is max: a float32 accumulator overflows to inf on the way (bfloat16's largest
+    finite, 3.3895e38, doubled is past FLT_MAX); the float64 ring does not."""
+    big = np.array([0x7f7f], np.uint16).view(BF16)[0]
+    go = np.array([big, big, -big], BF16)
+    assert 2 * float(big) > float(np.finfo(np.float32).max)
+    assert _tf_three_into_one(go, BF16) == [float(big)] * 20
 
 
 def test_max_pooling_grad_copies_bits():

@@ -484,22 +484,72 @@ def test_messages_name_expected_and_given():
     assert "ksize" in str(info.value) and "(1, 2, 2, 3)" in str(info.value)
 
 
+def _tie_sums_case(rng, cfg, dtype):
+    """x with sparse peaks that win every window they are in (the first one, where a window holds two), and
+    gradients 1, half an ulp of 1 and a step far below that: a cell receiving all three has an exact sum just
+    above a 16-bit rounding tie, which a float32 running sum rounds onto the tie (then to even, down) in every
+    order.  Returns x, grad and the number of gradients each cell receives."""
+    shape, k, s, pad = cfg
+    x4 = _data(rng, shape, dtype)
+    x4[rng.random(shape) < 0.1] = 8
+    half, tiny = (2.0 ** -11, 2.0 ** -24) if np.dtype(dtype) == np.float16 else (2.0 ** -8, 2.0 ** -30)
+    gshape = slow.max_pool(x4, k, s, pad).shape
+    g4 = rng.choice([1.0, half, tiny], size=gshape).astype(dtype)
+    return x4, g4, slow.max_pool_grad(x4, np.ones(gshape), k, s, pad)
+
+
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if 1 < c[0][1] < tf_max_pool.COMPOSE_MAX_C])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_composed_gradient_equals_fused_kernel(monkeypatch, cfg, dtype):
     """Channels-last inputs with few channels take the composed gradient (vectorised argmax, then the banded
-    scatter); it must give the fused kernel's exact bits (same argmax rule, same summation order), for every
-    thread count, with ties and NaN."""
+    scatter); it must give the fused kernel's exact bits (same argmax rule, same summation order; for the 16-bit
+    types the same float64 sums rounded once), for every thread count, with ties and NaN, and for 16-bit
+    gradients whose sums a float32 accumulator would round twice.  The fused plane kernel (NCHW) gives the same
+    bits too."""
     rng = np.random.default_rng(5)
     seen = []
     real = tf_max_pool._run_grad_composed
     monkeypatch.setattr(tf_max_pool, "_run_grad_composed", lambda *a: seen.append(1) or real(*a))
-    for kind in ("ties", "nan"):
-        x4, g4, _, gx_ref = _ref_case(rng, cfg, dtype, kind)
+    narrow = np.dtype(dtype).itemsize == 2
+    for kind in ("ties", "nan") + (("tie sums",) if narrow else ()):
+        if kind == "tie sums":
+            x4, g4, hits = _tie_sums_case(np.random.default_rng(5), cfg, dtype)
+            gx_ref = slow.max_pool_grad(x4, g4, cfg[1], cfg[2], cfg[3])
+        else:
+            x4, g4, _, gx_ref = _ref_case(rng, cfg, dtype, kind)
         composed = [_grad(x4, g4, cfg, "NHWC", num_threads=t).tobytes() for t in (1, 2, 3)]
         assert seen and len(set(composed)) == 1
         with monkeypatch.context() as m:
             m.setattr(tf_max_pool, "COMPOSE_MAX_C", 0)
             fused = _grad(x4, g4, cfg, "NHWC", num_threads=2)
         assert composed[0] == fused.tobytes()
+        for t in (1, 2, 3):
+            assert composed[0] == _grad(x4, g4, cfg, "NCHW", num_threads=t).tobytes()
         _assert_close_to_ref(fused, gx_ref, dtype)
+        if kind == "tie sums":
+            # where cells receive 3+ gradients the case can fail: a float32 accumulator rounds some cell apart
+            wide32 = slow.max_pool_grad(x4, g4, cfg[1], cfg[2], cfg[3], acc_dtype=np.float32).astype(dtype)
+            assert np.any(wide32.view(np.uint16) != fused.view(np.uint16)) == (hits.max() >= 3)
+            if np.dtype(dtype) == np.float16:
+                # float16 terms sum exactly in float64; NumPy rounds float64 to float16 once
+                assert np.array_equal(fused.view(np.uint16), gx_ref.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c[0][1] >= tf_max_pool.COMPOSE_MAX_C])
+@pytest.mark.parametrize("dtype", DTYPES[2:], ids=DTYPE_IDS[2:])
+def test_fused_channel_blocks_sum_16bit_in_float64(monkeypatch, cfg, dtype):
+    """The fused channels-last kernel's vector channel blocks (C = 17, 70) and the plane kernel sum 16-bit
+    gradients in float64 and round once: the same bits as the composed gradient (forced for these wide inputs),
+    for every thread count, on sums a float32 accumulator would round twice."""
+    rng = np.random.default_rng(11)
+    x4, g4, hits = _tie_sums_case(rng, cfg, dtype)
+    assert hits.max() >= 3
+    fused = [_grad(x4, g4, cfg, fmt, num_threads=t).tobytes() for fmt in ("NHWC", "NCHW") for t in (1, 2, 3)]
+    assert len(set(fused)) == 1
+    seen = []
+    real = tf_max_pool._run_grad_composed
+    monkeypatch.setattr(tf_max_pool, "_run_grad_composed", lambda *a: seen.append(1) or real(*a))
+    monkeypatch.setattr(tf_max_pool, "COMPOSE_MAX_C", 1 << 20)
+    assert _grad(x4, g4, cfg, "NHWC", num_threads=2).tobytes() == fused[0] and seen
+    wide32 = slow.max_pool_grad(x4, g4, cfg[1], cfg[2], cfg[3], acc_dtype=np.float32).astype(dtype)
+    assert wide32.tobytes() != fused[0]
