@@ -89,7 +89,7 @@ def adaptive_max_pool2d_backward(grad_output: Any, x: Any, indices: Any, *, layo
     Returns
     -------
     ndarray
-        ``grad_x`` (16-bit types accumulated in float32, rounded once).
+        ``grad_x`` (16-bit types accumulated in float64, rounded once).
     """
     key = make_key(_BWD, (grad_output, x, indices, out), (layout, deterministic, num_threads))
     return call(key, (grad_output, x, indices, out),

@@ -98,7 +98,7 @@ def max_pool2d_with_indices_backward(grad_output: Any, x: Any, indices: Any, ker
     Returns
     -------
     ndarray
-        ``grad_x``, shape and dtype of ``x``. 16-bit types are accumulated in float32 and rounded once.
+        ``grad_x``, shape and dtype of ``x``. 16-bit types are accumulated in float64 and rounded once.
     """
     key = make_key(_BWD, (grad_output, x, indices, out), (kernel_size, stride, padding, dilation, ceil_mode,
                                                           layout, deterministic, num_threads))
