@@ -81,6 +81,10 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out_dir: 
         if rank == 0 and out_dir:
             params = {n.removeprefix("module."): p.detach() for n, p in model.named_parameters()}
             torch.save({"grads": grads, "params": params}, os.path.join(out_dir, "ddp.pt"))
+        # Leave together: a rank that tears down its gloo group while the other still uses the connection can
+        # abort in gloo's background thread ("terminate called without an active exception"; seen here once in
+        # four runs without this barrier).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
