@@ -7,10 +7,6 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t
 cimport numpy as cnp
 
 cdef extern from "pg_dtype.h" nogil:
-    ctypedef float pg_acc_f32
-    ctypedef double pg_acc_f64
-    ctypedef float pg_acc_f16
-    ctypedef float pg_acc_bf16
     float pg_load_f32(float v)
     double pg_load_f64(double v)
     float pg_load_f16(uint16_t v)

@@ -5,8 +5,9 @@
  * branch-free integer/float arithmetic so that GCC can vectorise the loops that call them, and they are exact:
  * the tests compare all 65,536 bit patterns with NumPy and ml_dtypes.
  *
- * Each storage type gets the same four names (pg_load_X, pg_store_X, pg_acc_X as the accumulator type) so that
- * a Tempita template can write one kernel body and stamp it out per type.
+ * Each storage type gets the same names (pg_load_X widens to the accumulation type, pg_store_X narrows from it)
+ * so that a Tempita template can write one kernel body and stamp it out per type; the accumulation type of each
+ * storage type is setup.py's DTYPES table (16-bit sums that must be exact go through pg_avg.h's float64 stores).
  */
 #ifndef PG_DTYPE_H
 #define PG_DTYPE_H
@@ -90,11 +91,6 @@ PG_INLINE float pg_round_f16(float f) { return pg_f16_to_f32(pg_f32_to_f16(f)); 
 
 /* ---- uniform per-type names used by the Tempita kernel templates -------------------------------------- */
 
-typedef float pg_acc_f32;
-typedef double pg_acc_f64;
-typedef float pg_acc_f16;
-typedef float pg_acc_bf16;
-
 PG_INLINE float pg_load_f32(float v) { return v; }
 PG_INLINE double pg_load_f64(double v) { return v; }
 PG_INLINE float pg_load_f16(uint16_t v) { return pg_f16_to_f32(v); }
@@ -104,9 +100,6 @@ PG_INLINE float pg_store_f32(float v) { return v; }
 PG_INLINE double pg_store_f64(double v) { return v; }
 PG_INLINE uint16_t pg_store_f16(float v) { return pg_f32_to_f16(v); }
 PG_INLINE uint16_t pg_store_bf16(float v) { return pg_f32_to_bf16(v); }
-
-PG_INLINE int pg_isnan_f(float v) { return v != v; }
-PG_INLINE int pg_isnan_d(double v) { return v != v; }
 
 /* ---- float16 rows with the F16C instructions when the CPU has them ------------------------------------
  * A portable build targets baseline x86-64 (no F16C), where float16 rounding is ~20 integer instructions per
