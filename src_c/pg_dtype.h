@@ -106,7 +106,7 @@ PG_INLINE uint16_t pg_store_bf16(float v) { return pg_f32_to_bf16(v); }
  * value.  These row converters pick, once, a variant compiled for F16C (8 values per instruction, the same
  * round-to-nearest-even results: both follow IEEE 754; a NaN comes out quiet either way) and otherwise run
  * the portable loops above, which GCC vectorises. */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(PG_NO_F16C)
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define PG_F16C_DISPATCH 1
 __attribute__((target("avx,f16c"))) static void pg_f16_to_f32_row_f16c(float *dst, const uint16_t *src,

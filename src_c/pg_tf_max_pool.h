@@ -90,13 +90,14 @@ static inline void pgtf_zero_bytes(void *dst, size_t nbytes, int stream)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
 #endif
-/* GCC/Clang vector extensions (PGTF_NO_VECTOR=1 forces the scalar code, for testing) */
-#if !defined(PGTF_NO_VECTOR) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 9))
+/* GCC/Clang vector extensions (the scalar code serves other compilers; tests run every ISA level through
+ * isa_level(), not through build switches) */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 9)
 #define PGTF_VEC 1
 #else
 #define PGTF_VEC 0
 #endif
-#if PGTF_VEC && defined(__x86_64__) && !defined(__clang__) && __GNUC__ >= 9 && !defined(PGTF_NO_ISA_VARIANTS)
+#if PGTF_VEC && defined(__x86_64__) && !defined(__clang__) && __GNUC__ >= 9
 #define PGTF_X86_VARIANTS 1
 #else
 #define PGTF_X86_VARIANTS 0
