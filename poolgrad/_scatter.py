@@ -16,7 +16,7 @@ from .planning import channel_inner, split_evenly, threads_for
 BAND_MAX = 1 << 20
 # With few planes, cut them into at least this many bands per thread.  More bands balance better but re-read
 # more boundary rows: on 1x3x1024x1024 k3s1 at 2 threads, 2-6 per thread were best and 16 cost 10-30% more.
-ITEMS_PER_THREAD = 4
+SCATTER_BANDS_PER_THREAD = 4
 # Nondeterministic float32/float64 with fewer planes than threads uses the atomic kernel when bands would be
 # less than this many window heights tall.
 THIN_BANDS = 4
@@ -39,8 +39,8 @@ class ScatterPlan:
         self.narrow = narrow = dt in ("f16", "bf16")
         # 16-bit bands are float64: half as many cells keep the band's bytes (and its cache footprint) unchanged
         nb = -(-H * row_elems // (BAND_MAX // 2 if narrow else BAND_MAX))
-        if nthreads > 1 and units * nb < ITEMS_PER_THREAD * nthreads:
-            nb = max(nb, -(-ITEMS_PER_THREAD * nthreads // units))
+        if nthreads > 1 and units * nb < SCATTER_BANDS_PER_THREAD * nthreads:
+            nb = max(nb, -(-SCATTER_BANDS_PER_THREAD * nthreads // units))
             # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
             # in 9 bands leave one thread 5 items and the other 4)
             nb = next((b for b in range(nb, 2 * nb + 1) if units * b % nthreads == 0), nb)
@@ -52,7 +52,7 @@ class ScatterPlan:
         self.use_atomic = use_atomic = ((not deterministic) and not narrow and units < nthreads
                                         and H < THIN_BANDS * span * nb)
         if use_atomic:
-            self.part = split_evenly(Ho, -(-ITEMS_PER_THREAD * nthreads // units))
+            self.part = split_evenly(Ho, -(-SCATTER_BANDS_PER_THREAD * nthreads // units))
             self.band_oa = self.band_ob = None
             self.scratch_elems = 0
         else:

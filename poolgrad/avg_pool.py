@@ -35,9 +35,9 @@ _MODE_SCALED = 4
 SCALED_MAX_LCM = 1 << 12
 
 # Backward work items: one plane (or channels-last image), split into row bands only when there are fewer than
-# ITEMS_PER_THREAD items per thread (items are handed out dynamically, so a thread that the OS delays does not
+# AVG_ITEMS_PER_THREAD items per thread (items are handed out dynamically, so a thread that the OS delays does not
 # hold up the others for long).
-ITEMS_PER_THREAD = 8
+AVG_ITEMS_PER_THREAD = 8
 # grad_x at least this big is written with streaming stores (it would not stay in cache anyway, and a streaming
 # store does not first read the line it writes) - but only where every row is a whole number of cache lines (at
 # a row stride of whole lines) and at least STREAM_MIN_ROW_BYTES long.  Streaming a partial line costs a partial-line write: measured here (float32
@@ -448,8 +448,8 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     tables = _backward_tables(ap.key(), acc.char, recip, mode, cs if dv_rep else 1, gather)
     dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, left, right = tables
     nb = 1
-    if nthreads > 1 and units < ITEMS_PER_THREAD * nthreads:
-        nb = -(-ITEMS_PER_THREAD * nthreads // units)
+    if nthreads > 1 and units < AVG_ITEMS_PER_THREAD * nthreads:
+        nb = -(-AVG_ITEMS_PER_THREAD * nthreads // units)
     part = split_evenly(H, nb)
     nthreads = max(1, min(nthreads, units * (len(part) - 1)))
     cap = max(1, int(np.max(chi_h - clo_h)))  # ring of expanded output rows: the most covering one input row

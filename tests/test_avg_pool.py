@@ -216,7 +216,7 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
     assert _bits(from_layout(got, "NHWC")) == _bits(from_layout(base, layout))
     # one-row bands (every row its own work item), streaming stores; and the baseline (SSE2) row loops instead
     # of the AVX2 ones where the CPU has AVX2
-    monkeypatch.setattr(avg_mod, "ITEMS_PER_THREAD", 10 ** 6)
+    monkeypatch.setattr(avg_mod, "AVG_ITEMS_PER_THREAD", 10 ** 6)
     monkeypatch.setattr(avg_mod, "_whole_line_rows", lambda gx4, n: True)   # stream any rows when asked to
     previous = _avg_pool.simd()
     try:

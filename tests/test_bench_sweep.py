@@ -55,9 +55,9 @@ def test_the_sweeps_straddle_the_thresholds_of_this_build():
         (("poolgrad._scatter",), "BAND_MAX"): lambda v: (
             any(_straddles([p["H"] * p["W"] for p in s.points], v) for s in of("max_bwd", "NCHW")) and
             any(_straddles([p["H"] * p["W"] * p["C"] for p in s.points], v) for s in of("max_bwd", "NHWC"))),
-        (("poolgrad._scatter",), "ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
+        (("poolgrad._scatter",), "SCATTER_BANDS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
                                                                  for s in of("max_bwd", "NHWC")),
-        (("poolgrad.avg_pool",), "ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
+        (("poolgrad.avg_pool",), "AVG_ITEMS_PER_THREAD"): lambda v: any(_straddles([p["N"] for p in s.points], 2 * v)
                                                                  for s in of("avg_bwd", "NHWC")),
         (("poolgrad.indexed", "poolgrad.max_pool_indices"), "UNIFORM_MAX_ROW"): lambda v: any(
             _straddles([p["W"] * p["C"] for p in s.points], v + 1) for s in of("max_fwd", "NHWC")),
