@@ -285,7 +285,7 @@ class _ForwardPlan:
         if y.size == 0:                # N = 0
             return y
         x4 = to_nchw(x, self.layout)
-        xk = kernel_view(x4 if kernel_friendly(x4) else kernel_input(x4))
+        xk = kernel_view(kernel_input(x4))
         y4 = kernel_view(to_nchw(y, self.layout))
         run = self.run
         if run is None:

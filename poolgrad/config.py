@@ -30,9 +30,7 @@ def set_deterministic(flag: bool) -> None:
     flag : bool
         True selects the atomic-free deterministic kernels (bitwise identical for every run and thread count).
     """
-    global _deterministic
-    _deterministic = parse_bool(flag, "flag")
-    _callkey.set_det_default(_deterministic)
+    _store(parse_bool(flag, "flag"))
 
 
 def is_deterministic() -> bool:
@@ -60,17 +58,21 @@ def deterministic(flag: bool = True) -> Iterator[None]:
     None
         Control returns to the ``with`` block with the setting in force.
     """
-    global _deterministic
     value = parse_bool(flag, "flag")
     with _lock:
         previous = _deterministic
-        _deterministic = value
-        _callkey.set_det_default(value)
+        _store(value)
     try:
         yield
     finally:
-        _deterministic = previous
-        _callkey.set_det_default(previous)
+        _store(previous)
+
+
+def _store(value: bool) -> None:
+    """Set the default here and in the compiled call key's mirror (plans are keyed on it), always together."""
+    global _deterministic
+    _deterministic = value
+    _callkey.set_det_default(value)
 
 
 def resolve_deterministic(value: object) -> bool:

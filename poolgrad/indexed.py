@@ -67,7 +67,7 @@ class ArgmaxPlan:
             return y, ind
         layout = self.layout
         x4 = to_nchw(x, layout)
-        xk = kernel_view(x4 if kernel_friendly(x4) else kernel_input(x4))
+        xk = kernel_view(kernel_input(x4))
         y4 = kernel_view(to_nchw(y, layout))
         ind4 = to_nchw(ind, layout)
         fast = self.fast

@@ -2,7 +2,7 @@
 
 This module imports no validator: it receives sizes and arrays that have already passed :mod:`.validation`.
 
-* :func:`alloc_like_order` / :func:`alloc_like_order_zeroed`: outputs in the memory order of their input.
+* :class:`OutputLayout` / :func:`alloc_like_order`: outputs in the memory order of their input.
 * :func:`thread_rows`: per-thread scratch rows on their own cache lines.
 * :func:`kernel_input` / :func:`kernel_output`: the arrays a kernel may address directly (or scratch copies).
 * The block cache below: recycling of large blocks.
@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 __all__ = ["MIN_BYTES", "take", "set_limit", "buffer_cache_limit", "buffer_cache_info", "release_buffers",
-           "alloc_like_order", "alloc_like_order_zeroed", "thread_rows", "kernel_friendly", "kernel_input",
+           "alloc_like_order", "thread_rows", "kernel_friendly", "kernel_input",
            "kernel_output", "read_only", "OutputLayout", "ScratchPool"]
 
 # Below glibc's largest mmap threshold freed memory stays in the heap and comes back without page faults
@@ -193,16 +193,7 @@ def alloc_like_order(ref: np.ndarray, shape: Sequence[int], dtype: Any) -> np.nd
     So an output follows its input: channels-last in, channels-last out (as PyTorch keeps memory format).
     Contents are unspecified; large arrays come from the block cache (see the block cache above).
     """
-    return alloc_like_order_zeroed(ref, shape, dtype)[0]
-
-
-def alloc_like_order_zeroed(ref: np.ndarray, shape: Sequence[int], dtype: Any) -> tuple[np.ndarray, bool]:
-    """:func:`alloc_like_order`, and whether the memory is known to be all zeros (a freshly mapped block)."""
-    order = sorted(range(ref.ndim), key=lambda a: (-abs(ref.strides[a]), a))
-    dtype = np.dtype(dtype)
-    dims = [shape[a] for a in order]
-    raw, zeroed = take(functools.reduce(operator.mul, dims, 1) * dtype.itemsize)
-    return raw.view(dtype).reshape(dims).transpose(np.argsort(order)), zeroed
+    return OutputLayout(ref, shape).empty(dtype)
 
 
 class OutputLayout:
@@ -220,7 +211,7 @@ class OutputLayout:
 
     def empty_zeroed(self, dtype: Any) -> tuple[np.ndarray, bool]:
         """A new array (contents unspecified) and whether its memory is known to be all zeros."""
-        if type(dtype) is type:         # a scalar type such as np.int64 (arrays pass their dtype object)
+        if not isinstance(dtype, np.dtype):     # a scalar type such as np.int64 (arrays pass their dtype)
             dtype = np.dtype(dtype)
         nbytes = self.count * dtype.itemsize
         if nbytes < MIN_BYTES or _limit == 0:

@@ -19,7 +19,6 @@ import numpy as np
 from .dtypes import SUPPORTED_DTYPES, dtype_code
 from .errors import ParamInvalidError, ParamNullptrError
 from .geometry import PoolGeometry, to_nchw
-from .memory import alloc_like_order
 
 __all__ = [
     "MAX_PARAM", "as_array", "check_dtype", "check_same_dtype", "check_index_dtype", "parse_index_dtype",
@@ -359,13 +358,11 @@ def parse_tf_padding(padding: Any) -> str:
 
 def prepare_out(out: Any, x: np.ndarray, inputs: Sequence[tuple[str, np.ndarray]], name: str = "out",
                 allow_same: np.ndarray | None = None) -> np.ndarray:
-    """Validate a user-supplied ``out`` (or allocate one in ``x``'s memory order).
+    """Validate a user-supplied ``out`` (callers allocate when there is none).
 
     ``out`` must be a writeable ndarray with ``x``'s shape and dtype that shares no memory with any input;
     ``allow_same`` names the one input ``out`` may be exactly (same data pointer, shape and strides).
     """
-    if out is None:
-        return alloc_like_order(x, x.shape, x.dtype)
     if not isinstance(out, np.ndarray):
         raise ParamInvalidError(f"{name}: expected None or a numpy.ndarray, got {type(out).__name__}")
     if out.shape != x.shape:
