@@ -1,42 +1,62 @@
 # cython: language_level=3
 """The C conversion routines of ``src_c/pg_dtype.h``, exposed for the exhaustive bit-pattern tests and for
-Python-side helpers (twin of ``dtypes.py``).  Arrays are 1-D, contiguous and already allocated by the caller."""
+Python-side helpers (twin of ``dtypes.py``).  Arrays are 1-D, contiguous and already allocated by the caller.
+
+Two sets: the scalar routines applied to every element (``f16_to_f32`` ...: pg_dtype.h's portable row loops,
+the reference), and the row converters the kernels use (``f16_to_f32_row`` ...), which run the variant of the
+one instruction-set level (``poolgrad.config.set_isa_level``: F16C / AVX2 code from level ``"avx2"`` on)."""
 from libc.stdint cimport uint16_t
+from poolgrad._common cimport pg_isa, pg_isa_bind
+
+ctypedef void (*widen_row)(float* dst, const uint16_t* src, Py_ssize_t n) noexcept nogil
+ctypedef void (*narrow_row)(uint16_t* dst, const float* src, Py_ssize_t n) noexcept nogil
 
 cdef extern from "pg_dtype.h" nogil:
-    float pg_f16_to_f32(uint16_t h)
-    uint16_t pg_f32_to_f16(float f)
-    float pg_bf16_to_f32(uint16_t b)
-    uint16_t pg_f32_to_bf16(float f)
     float pg_round_hf32(float f)
+    void pg_f16_to_f32_row_base(float* dst, const uint16_t* src, Py_ssize_t n)
+    void pg_f32_to_f16_row_base(uint16_t* dst, const float* src, Py_ssize_t n)
+    void pg_bf16_to_f32_row_base(float* dst, const uint16_t* src, Py_ssize_t n)
+    void pg_f32_to_bf16_row_base(uint16_t* dst, const float* src, Py_ssize_t n)
+    void pg_f16_to_f32_row(float* dst, const uint16_t* src, Py_ssize_t n)
+    void pg_f32_to_f16_row(uint16_t* dst, const float* src, Py_ssize_t n)
+    void pg_bf16_to_f32_row(float* dst, const uint16_t* src, Py_ssize_t n)
+    void pg_f32_to_bf16_row(uint16_t* dst, const float* src, Py_ssize_t n)
+
+pg_isa_bind()
+
+
+cdef int _widen(widen_row fn, const uint16_t[::1] src, float[::1] dst) except -1:
+    if dst.shape[0] < src.shape[0]:
+        raise ValueError(f"dst holds {dst.shape[0]} values, src {src.shape[0]}")
+    if src.shape[0]:
+        with nogil:
+            fn(&dst[0], &src[0], src.shape[0])
+    return 0
+
+
+cdef int _narrow(narrow_row fn, const float[::1] src, uint16_t[::1] dst) except -1:
+    if dst.shape[0] < src.shape[0]:
+        raise ValueError(f"dst holds {dst.shape[0]} values, src {src.shape[0]}")
+    if src.shape[0]:
+        with nogil:
+            fn(&dst[0], &src[0], src.shape[0])
+    return 0
 
 
 def f16_to_f32(const uint16_t[::1] src, float[::1] dst):
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(src.shape[0]):
-            dst[i] = pg_f16_to_f32(src[i])
+    _widen(pg_f16_to_f32_row_base, src, dst)
 
 
 def f32_to_f16(const float[::1] src, uint16_t[::1] dst):
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(src.shape[0]):
-            dst[i] = pg_f32_to_f16(src[i])
+    _narrow(pg_f32_to_f16_row_base, src, dst)
 
 
 def bf16_to_f32(const uint16_t[::1] src, float[::1] dst):
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(src.shape[0]):
-            dst[i] = pg_bf16_to_f32(src[i])
+    _widen(pg_bf16_to_f32_row_base, src, dst)
 
 
 def f32_to_bf16(const float[::1] src, uint16_t[::1] dst):
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(src.shape[0]):
-            dst[i] = pg_f32_to_bf16(src[i])
+    _narrow(pg_f32_to_bf16_row_base, src, dst)
 
 
 def round_hf32(const float[::1] src, float[::1] dst):
@@ -46,47 +66,23 @@ def round_hf32(const float[::1] src, float[::1] dst):
             dst[i] = pg_round_hf32(src[i])
 
 
-cdef extern from "pg_dtype.h" nogil:
-    void pg_f16_to_f32_row(float* dst, const uint16_t* src, Py_ssize_t n)
-    void pg_f32_to_f16_row(uint16_t* dst, const float* src, Py_ssize_t n)
-    void pg_bf16_to_f32_row(float* dst, const uint16_t* src, Py_ssize_t n)
-    void pg_f32_to_bf16_row(uint16_t* dst, const float* src, Py_ssize_t n)
-    int pg_have_f16c()
-    int pg_f16c_state
-    int pg_avx2_state
-
-
 def f16_to_f32_row(const uint16_t[::1] src, float[::1] dst):
-    """The row converter the kernels use (F16C when the CPU has it)."""
-    with nogil:
-        pg_f16_to_f32_row(&dst[0], &src[0], src.shape[0])
+    _widen(pg_f16_to_f32_row, src, dst)
 
 
 def f32_to_f16_row(const float[::1] src, uint16_t[::1] dst):
-    """The row converter the kernels use (F16C when the CPU has it)."""
-    with nogil:
-        pg_f32_to_f16_row(&dst[0], &src[0], src.shape[0])
+    _narrow(pg_f32_to_f16_row, src, dst)
 
 
 def bf16_to_f32_row(const uint16_t[::1] src, float[::1] dst):
-    """The row converter the kernels use (AVX2 when the CPU has it)."""
-    with nogil:
-        pg_bf16_to_f32_row(&dst[0], &src[0], src.shape[0])
+    _widen(pg_bf16_to_f32_row, src, dst)
 
 
 def f32_to_bf16_row(const float[::1] src, uint16_t[::1] dst):
-    """The row converter the kernels use (AVX2 when the CPU has it)."""
-    with nogil:
-        pg_f32_to_bf16_row(&dst[0], &src[0], src.shape[0])
+    _narrow(pg_f32_to_bf16_row, src, dst)
 
 
-def have_f16c() -> bool:
-    """Whether the row converters use the F16C instructions on this CPU."""
-    return bool(pg_have_f16c())
-
-
-def force_portable_rows(bint flag):
-    """Tests only: make this module's row converters use (True) or stop using (False) the portable loops."""
-    global pg_f16c_state, pg_avx2_state
-    pg_f16c_state = 0 if flag else -1
-    pg_avx2_state = 0 if flag else -1
+def isa_level() -> int:
+    """The instruction-set level this module's row converters read now (0, 1 or 2; tests check that it follows
+    ``poolgrad.config.set_isa_level``)."""
+    return pg_isa()

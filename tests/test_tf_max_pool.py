@@ -9,7 +9,7 @@ import pytest
 import pgtest
 import poolgrad as pg
 from pgtest import DTYPES, DTYPE_IDS, needs_tf, tf
-from poolgrad import _tf_max_pool, tf_max_pool
+from poolgrad import config, tf_max_pool
 from poolgrad.slow import tf_max_pool as slow
 from poolgrad.tf_max_pool import max_pool, max_pool_grad
 
@@ -115,25 +115,21 @@ def test_bitwise_deterministic_across_threads(dtype, data_format):
     rng = np.random.default_rng(2)
     cases = [((1, 20, 61, 23), (3, 3), (2, 2), "SAME"), ((1, 3, 57, 40), (5, 4), (1, 3), "SAME"),
              ((2, 9, 45, 12), (4, 2), (3, 2), "VALID")]
-    isa0 = _tf_max_pool.isa_level()
-    try:
-        for cfg in cases:
-            (N, C, H, W), k, st, pad = cfg
-            out_hw = (slow.out_size(H, k[0], st[0], pad)[0], slow.out_size(W, k[1], st[1], pad)[0])
-            x4 = _data(rng, cfg[0], dtype, "ties")
-            g4 = _data(rng, (N, C) + out_hw, dtype)
-            x2 = max_pool(_lay(x4, data_format), _p4(k, data_format), _p4(st, data_format), pad, data_format)
-            want = _grad(x4, g4, cfg, data_format, x2, num_threads=1, deterministic=True)
-            for threads in pgtest.THREADS:
-                for det in (True, False):
-                    got = _grad(x4, g4, cfg, data_format, x2, num_threads=threads, deterministic=det)
-                    assert got.tobytes() == want.tobytes(), (cfg, threads, det)
-            for level in (0, 1, 2):
-                _tf_max_pool.isa_level(level)
+    for cfg in cases:
+        (N, C, H, W), k, st, pad = cfg
+        out_hw = (slow.out_size(H, k[0], st[0], pad)[0], slow.out_size(W, k[1], st[1], pad)[0])
+        x4 = _data(rng, cfg[0], dtype, "ties")
+        g4 = _data(rng, (N, C) + out_hw, dtype)
+        x2 = max_pool(_lay(x4, data_format), _p4(k, data_format), _p4(st, data_format), pad, data_format)
+        want = _grad(x4, g4, cfg, data_format, x2, num_threads=1, deterministic=True)
+        for threads in pgtest.THREADS:
+            for det in (True, False):
+                got = _grad(x4, g4, cfg, data_format, x2, num_threads=threads, deterministic=det)
+                assert got.tobytes() == want.tobytes(), (cfg, threads, det)
+        for level in config.supported_isa_levels():
+            with config.set_isa_level(level):
                 got = _grad(x4, g4, cfg, data_format, x2, num_threads=2)
-                assert got.tobytes() == want.tobytes(), (cfg, "isa", level)
-    finally:
-        _tf_max_pool.isa_level(isa0)
+            assert got.tobytes() == want.tobytes(), (cfg, "isa", level)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=["f32", "f64", "f16"])
@@ -145,21 +141,17 @@ def test_wide_rows_every_isa(dtype):
     cases = [((1, 2, 5, 150), (3, 3), (1, 1), "SAME"), ((1, 2, 6, 151), (3, 3), (2, 2), "SAME"),
              ((1, 2, 5, 149), (2, 4), (1, 3), "VALID"), ((1, 1, 4, 97), (3, 2), (2, 2), "VALID"),
              ((1, 77, 5, 6), (3, 3), (2, 1), "SAME")]
-    isa0 = _tf_max_pool.isa_level()
-    try:
-        for cfg in cases:
-            for kind in ("ties", "nan"):
-                x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
-                for level in (0, 1, 2):
-                    _tf_max_pool.isa_level(level)
+    for cfg in cases:
+        for kind in ("ties", "nan"):
+            x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
+            for level in config.supported_isa_levels():
+                with config.set_isa_level(level):
                     for data_format in ("NCHW", "NHWC"):
                         _assert_close_to_ref(_grad(x4, g4, cfg, data_format, num_threads=2), gx_ref, dtype)
                         y = max_pool(_lay(x4, data_format), _p4(cfg[1], data_format), _p4(cfg[2], data_format),
                                      cfg[3], data_format, num_threads=2)
                         np.testing.assert_array_equal(pgtest.as64(_back(y, data_format)),
                                                       y_ref.astype(dtype).astype(np.float64))
-    finally:
-        _tf_max_pool.isa_level(isa0)
 
 
 def test_planning_limits(monkeypatch):
@@ -228,23 +220,19 @@ def test_nan_bits_do_not_depend_on_the_path():
     x4 = rng.standard_normal((1, 20, 9, 40)).astype(np.float32)
     payload = np.array([0x7FC01234, 0xFFA00001], np.uint32).view(np.float32)      # quiet and signalling NaNs
     x4.reshape(-1)[rng.choice(x4.size, 60, replace=False)] = np.resize(payload, 60)
-    isa0 = _tf_max_pool.isa_level()
-    try:
-        for dtype in (np.float32, np.float16):
-            xd = x4.astype(dtype) if dtype != np.float32 else x4
-            want = None
-            for level in (0, 1, 2):
-                _tf_max_pool.isa_level(level)
+    for dtype in (np.float32, np.float16):
+        xd = x4.astype(dtype) if dtype != np.float32 else x4
+        want = None
+        for level in config.supported_isa_levels():
+            with config.set_isa_level(level):
                 for data_format in ("NCHW", "NHWC"):
                     for _, xv in pgtest.strided_variants(_lay(xd, data_format)):
                         y = _back(max_pool(xv, _p4((3, 3), data_format), _p4((2, 2), data_format), "SAME",
                                            data_format), data_format)
                         want = y if want is None else want
                         assert y.tobytes() == want.tobytes(), (dtype, level, data_format)
-            if dtype == np.float32:
-                assert set(want.view(np.uint32)[np.isnan(want)].tolist()) == {0x7FC01234, 0xFFA00001}
-    finally:
-        _tf_max_pool.isa_level(isa0)
+        if dtype == np.float32:
+            assert set(want.view(np.uint32)[np.isnan(want)].tolist()) == {0x7FC01234, 0xFFA00001}
 
 
 @needs_tf
