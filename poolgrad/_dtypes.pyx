@@ -25,38 +25,57 @@ cdef extern from "pg_dtype.h" nogil:
 pg_isa_bind()
 
 
-cdef int _widen(widen_row fn, const uint16_t[::1] src, float[::1] dst) except -1:
-    if dst.shape[0] < src.shape[0]:
-        raise ValueError(f"dst holds {dst.shape[0]} values, src {src.shape[0]}")
-    if src.shape[0]:
-        with nogil:
-            fn(&dst[0], &src[0], src.shape[0])
-    return 0
+cdef class RowConversion:
+    """One C conversion over a row: ``conversion(src, dst)`` with 1-D contiguous arrays, ``dst`` at least as
+    long as ``src`` (uint16 bits -> float32, or float32 -> uint16 bits)."""
+    cdef widen_row widen
+    cdef narrow_row narrow
+
+    def __call__(self, src, dst) -> None:
+        cdef const uint16_t[::1] bits
+        cdef const float[::1] values
+        cdef float[::1] wide
+        cdef uint16_t[::1] narrowed
+        if self.widen != NULL:
+            bits, wide = src, dst
+            if _length(bits.shape[0], wide.shape[0]):
+                with nogil:
+                    self.widen(&wide[0], &bits[0], bits.shape[0])
+        else:
+            values, narrowed = src, dst
+            if _length(values.shape[0], narrowed.shape[0]):
+                with nogil:
+                    self.narrow(&narrowed[0], &values[0], values.shape[0])
 
 
-cdef int _narrow(narrow_row fn, const float[::1] src, uint16_t[::1] dst) except -1:
-    if dst.shape[0] < src.shape[0]:
-        raise ValueError(f"dst holds {dst.shape[0]} values, src {src.shape[0]}")
-    if src.shape[0]:
-        with nogil:
-            fn(&dst[0], &src[0], src.shape[0])
-    return 0
+cdef Py_ssize_t _length(Py_ssize_t n_src, Py_ssize_t n_dst) except -1:
+    if n_dst < n_src:
+        raise ValueError(f"dst holds {n_dst} values, src {n_src}")
+    return n_src
 
 
-def f16_to_f32(const uint16_t[::1] src, float[::1] dst):
-    _widen(pg_f16_to_f32_row_base, src, dst)
+cdef RowConversion _widening(widen_row fn):
+    cdef RowConversion c = RowConversion()
+    c.widen = fn
+    return c
 
 
-def f32_to_f16(const float[::1] src, uint16_t[::1] dst):
-    _narrow(pg_f32_to_f16_row_base, src, dst)
+cdef RowConversion _narrowing(narrow_row fn):
+    cdef RowConversion c = RowConversion()
+    c.narrow = fn
+    return c
 
 
-def bf16_to_f32(const uint16_t[::1] src, float[::1] dst):
-    _widen(pg_bf16_to_f32_row_base, src, dst)
-
-
-def f32_to_bf16(const float[::1] src, uint16_t[::1] dst):
-    _narrow(pg_f32_to_bf16_row_base, src, dst)
+# the scalar routines on every element (the portable loops): the reference
+f16_to_f32 = _widening(pg_f16_to_f32_row_base)
+f32_to_f16 = _narrowing(pg_f32_to_f16_row_base)
+bf16_to_f32 = _widening(pg_bf16_to_f32_row_base)
+f32_to_bf16 = _narrowing(pg_f32_to_bf16_row_base)
+# the row converters the kernels use: the variant of the ISA level
+f16_to_f32_row = _widening(pg_f16_to_f32_row)
+f32_to_f16_row = _narrowing(pg_f32_to_f16_row)
+bf16_to_f32_row = _widening(pg_bf16_to_f32_row)
+f32_to_bf16_row = _narrowing(pg_f32_to_bf16_row)
 
 
 def round_hf32(const float[::1] src, float[::1] dst):
@@ -64,22 +83,6 @@ def round_hf32(const float[::1] src, float[::1] dst):
     with nogil:
         for i in range(src.shape[0]):
             dst[i] = pg_round_hf32(src[i])
-
-
-def f16_to_f32_row(const uint16_t[::1] src, float[::1] dst):
-    _widen(pg_f16_to_f32_row, src, dst)
-
-
-def f32_to_f16_row(const float[::1] src, uint16_t[::1] dst):
-    _narrow(pg_f32_to_f16_row, src, dst)
-
-
-def bf16_to_f32_row(const uint16_t[::1] src, float[::1] dst):
-    _widen(pg_bf16_to_f32_row, src, dst)
-
-
-def f32_to_bf16_row(const float[::1] src, uint16_t[::1] dst):
-    _narrow(pg_f32_to_bf16_row, src, dst)
 
 
 def isa_level() -> int:

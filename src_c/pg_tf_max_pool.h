@@ -90,6 +90,15 @@ PGTF_SCALAR_REST(f64, double, double, int64_t)
 PGTF_SCALAR_REST(f16, uint16_t, float, int32_t)
 PGTF_SCALAR_REST(bf16, uint16_t, float, int32_t)
 
+/* The argmax step, lane by lane, without branches: where the candidate V is greater than the running maximum B or
+   NaN, B takes V and the running offset AV takes O (VM: the integer vector type of the lanes). */
+#define PGTF_TAKE(VM, V, B, AV, O)                                                                     \
+    do {                                                                                               \
+        VM m_ = (VM)(((V) > (B)) | ((V) != (V)));                                                      \
+        (B) = (__typeof__(B))(((VM)(V) & m_) | ((VM)(B) & ~m_));                                       \
+        (AV) = ((O) & m_) | ((AV) & ~m_);                                                              \
+    } while (0)
+
 /* Blocks of K vectors of LANES channels at channels [c0, c0 + K * LANES): the running argmax of every window
    cell held in registers (branch-free selects; K independent dependency chains hide the compare latency),
    then the scatter of grad into the ring. */
@@ -109,9 +118,7 @@ PGTF_SCALAR_REST(bf16, uint16_t, float, int32_t)
                     VM o = (VM){0} + (ARGT)((int64_t)ro[r] + q * C);                                   \
                     for (k = 0; k < (K); k++) {                                                        \
                         VT v = VLOAD(xp + k * (LANES));                                                \
-                        VM m = (VM)((v > b[k]) | (v != v));                                            \
-                        b[k] = (VT)(((VM)v & m) | ((VM)b[k] & ~m));                                    \
-                        av[k] = (o & m) | (av[k] & ~m);                                                \
+                        PGTF_TAKE(VM, v, b[k], av[k], o);                                              \
                     }                                                                                  \
                 }                                                                                      \
             }                                                                                          \
@@ -230,10 +237,8 @@ static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t 
             for (q = (r == 0); q < kw; q++) {                                                          \
                 for (k = 0; k < 2; k++) {                                                              \
                     VT v = pgtf_gld_##DT##_##SFX(xr + q * x_w + k * (LANES) * step, step);             \
-                    VM m = (VM)((v > b[k]) | (v != v));                                                \
                     VM o = colc[k] + (ARGT)((int64_t)ro[r] + q * cs);                                  \
-                    b[k] = (VT)(((VM)v & m) | ((VM)b[k] & ~m));                                        \
-                    av[k] = (o & m) | (av[k] & ~m);                                                    \
+                    PGTF_TAKE(VM, v, b[k], av[k], o);                                                  \
                 }                                                                                      \
             }                                                                                          \
         }                                                                                              \
@@ -259,7 +264,7 @@ static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t 
             const T *xr = x + (h0 + r) * x_h;                                                          \
             for (q = 0; q < kw; q++) {                                                                 \
                 VT v;                                                                                  \
-                VM m, o = col * (ARGT)cs + (ARGT)((int64_t)ro[r] + q * cs);                            \
+                VM o = col * (ARGT)cs + (ARGT)((int64_t)ro[r] + q * cs);                               \
                 if (n == (LANES)) {                                                                    \
                     v = pgtf_gld_##DT##_##SFX(xr + ((ow * sw - pw) + q) * x_w, step);                  \
                 } else {                                                                               \
@@ -268,9 +273,7 @@ static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t 
                     v = RCVT(raw);                                                                     \
                 }                                                                                      \
                 if (r == 0 && q == 0) { b = v; av = o; continue; }                                     \
-                m = (VM)((v > b) | (v != v));                                                          \
-                b = (VT)(((VM)v & m) | ((VM)b & ~m));                                                  \
-                av = (o & m) | (av & ~m);                                                              \
+                PGTF_TAKE(VM, v, b, av, o);                                                            \
             }                                                                                          \
         }                                                                                              \
         if (y) {                                                                                       \
