@@ -212,3 +212,20 @@ def test_every_kernel_family_gives_the_same_bits_at_every_level():
             got = _every_family(np.random.default_rng(5))
         want = got if want is None else want
         assert len(got) == len(want) and all(a == b for a, b in zip(got, want)), level
+
+
+def test_self_check_runs_every_level(monkeypatch):
+    """``python -m poolgrad``'s self-check runs each check at every level the CPU has and names a failing one."""
+    from poolgrad import selfcheck
+    seen = []
+
+    def check(rng, dtype, layout):
+        seen.append(config.isa_level())
+        return config.isa_level() != "portable"
+
+    monkeypatch.setattr(selfcheck, "CHECKS", [("probe", check)])
+    lines = []
+    assert selfcheck.self_check(lines.append) is False
+    assert seen == list(config.supported_isa_levels()) * 8          # 4 dtypes x 2 layouts
+    assert lines[0].startswith("FAIL probe float32 NCHW") and lines[0].endswith("(at portable)")
+    assert config.isa_level() == config.cpu_isa_level()
