@@ -50,20 +50,20 @@ COMPOSE_MAX_C = 8
 MIN_BAND_WINDOWS = 2
 # Upper bound on the per-thread accumulation ring (bytes); only huge windows times huge rows reach it.
 RING_BUDGET = 32 << 20
-# grad_x is written with streaming stores (no read for ownership, no cache pollution) only where they pay: at
-# least STREAM_BYTES in all, and in rows (the values the kernel stores at once: W of a plane, W * C of a
-# channels-last image row) of whole 64-byte lines, at least STREAM_MIN_ROW_BYTES long, starting at whole-line
-# strides (_stream_rows).  A row that is not whole lines is written as partial-line transactions.  Measured here
-# (float32, 1 thread, out= preallocated, k3s2, streamed / cached time, median of 9 interleaved rounds:
-# ``PYTHONPATH=. python bench/experiments/tf_stream_rows.py 9 1``): 56 B rows (NCHW 24x512x14x14, 9 MiB) 3.79x -
-# before this rule, the batch 20 -> 24 cliff of issue 8 (5.8x per element in bench/sweep.py) -; 448 B rows (NCHW
-# 32x64x112x112 k3s2 SAME, a bench/suite.py row) 1.37x; whole-line rows of 256 B - 2 KiB: 0.80x - 0.93x in that
-# run, 1.14x - 1.78x in an earlier one (the machine is shared); 4 KiB - 8 KiB rows from 9 MiB on 0.86x - 0.95x,
-# at 8 MiB 1.19x and 1.44x (borderline, kept); channels-last rows of 3.5 - 28 KiB from 9 MiB on 0.83x - 1.06x
-# (32x112x112x64, the bench rows: 0.78x); small outputs stay in cache (0.2 MiB: 1.36x).  The same rule as
-# avg_pool.py's STREAM_MIN_ROW_BYTES, measured on its own kernel.
+# grad_x is written with streaming stores (no read for ownership, no cache pollution) where that cannot cost a
+# partial-line write: at least STREAM_BYTES in all, in rows (the values the kernel stores at once: W of a plane,
+# W * C of a channels-last image row) that start and end on 16-byte boundaries (_stream_rows; the kernel checks
+# each row's address too, pg_stream_whole), so that rows written in address order fill every line with
+# streaming stores alone.  A line that gets ordinary stores (the unaligned head or tail of a row) as well as
+# streaming ones is written twice: 56-byte rows (NCHW 24x512x14x14 k3s2, 9 MiB) took 3.8x - 4.3x the time of
+# cached stores, the batch 20 -> 24 cliff of issue 8 (5.8x per element in bench/sweep.py) when the rule was the
+# size alone.  With the rule, streamed / cached CPU time (float32, 1 thread, k3s2 VALID, out= preallocated,
+# median of 9 interleaved rounds, ``PYTHONPATH=. python bench/experiments/tf_stream_rows.py 9 1``): 448-byte
+# rows (NCHW 32x64x112x112, bench/suite.py's row) 0.98x, 4 KiB rows at 8 - 16 MiB 0.94x - 0.97x, channels-last
+# rows of 14 - 28 KiB at 9 - 24 MiB 0.94x - 0.99x, 112 - 256-byte rows 1.06x - 1.13x; bfloat16 0.91x - 1.12x;
+# below the size 0.2 MiB: 1.27x.  One thread is mostly compute-bound here; the size threshold is kept as it was
+# (2-thread timings on this shared machine were not usable when this was measured).
 STREAM_BYTES = 8 << 20
-STREAM_MIN_ROW_BYTES = 4096
 # The channels-last kernel's ring offsets are int32 (vectorisation): a ring (at most max(2 * RING_BUDGET, one
 # row)) must hold fewer elements, so rows of W*C >= RING_INT32 elements take the plane path.
 RING_INT32 = 1 << 30
@@ -411,10 +411,10 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
 def _stream_rows(target: np.ndarray, row_elems: int) -> bool:
     """Whether the fused gradient writes ``target`` (grad_x, logical NCHW) with streaming stores: see
     STREAM_BYTES.  A row is the ``row_elems`` contiguous values the kernel stores at once (W of a plane, W * C
-    of a channels-last image row); rows start at the N, (C,) and H strides."""
-    row_bytes = row_elems * target.itemsize
+    of a channels-last image row); rows start at the N, (C,) and H strides.  The kernel also checks, row by row,
+    that the row starts on a 16-byte boundary (the base address is not part of the plan's key)."""
     channels_last = row_elems != target.shape[3]
     starts = (target.strides[0], target.strides[2]) if channels_last else target.strides[:3]
     dims = (target.shape[0], target.shape[2]) if channels_last else target.shape[:3]
-    return (target.nbytes >= STREAM_BYTES and row_bytes >= STREAM_MIN_ROW_BYTES and row_bytes % 64 == 0
-            and all(st % 64 == 0 for st, n in zip(starts, dims) if n > 1))
+    return (target.nbytes >= STREAM_BYTES and (row_elems * target.itemsize) % 16 == 0
+            and all(st % 16 == 0 for st, n in zip(starts, dims) if n > 1))

@@ -149,7 +149,7 @@ static inline void pg_avg_phase2_f64(double *C, const double *T, Py_ssize_t o0, 
 #define PG_AVG_S3 PG_STREAM_S3
 #define pg_avg_sum_stream_f32 pg_stream_sum_f32
 #define pg_avg_sum_stream_f64 pg_stream_sum_f64
-#define pg_avg_stream_u16 pg_stream_u16
+#define pg_avg_stream_u16(d, s, n) pg_stream_copy((d), (s), (size_t)(n) * sizeof(uint16_t))
 #define pg_avg_sfence pg_stream_fence
 
 /* ---- 16-bit rows (double accumulator) -------------------------------------------------------------------- */

@@ -10,7 +10,7 @@
  * pg_stream_sum_f32 / _f64:  d[i] = a[i]  |  a[i] + b[i]  |  (a[i] + b[i]) + c[i]   (b == NULL: one term,
  *                            c == NULL: two); the sums are the same IEEE additions in the same order at every
  *                            ISA level (32-byte stores from level 1 on, 16-byte SSE2 stores below).
- * pg_stream_u16:             d[i] = s[i] for 16-bit values (the 16-bit types, already rounded).
+ * pg_stream_copy:            nbytes bytes (16-byte stores; any type, already rounded).
  * pg_stream_zero:            nbytes zero bytes.
  * Without SSE2 (not x86-64) they are plain loops, memcpy and memset. */
 #ifndef PG_STREAM_H
@@ -83,14 +83,29 @@ static inline void pg_stream_sum_f64(double *d, const double *a, const double *b
     pg_stream_sum_f64_base(d, a, b, c, n);
 }
 
-static inline void pg_stream_u16(uint16_t *d, const uint16_t *s, Py_ssize_t n)
+/* nbytes bytes: 16-byte streaming stores from the first 16-byte boundary of dst on, ordinary stores for the
+ * head before it and the tail after the last whole 16 bytes.  Rows written in address order that each start and
+ * end on a 16-byte boundary fill every cache line with streaming stores only, whatever the line alignment: the
+ * write-combining buffer joins the end of one row and the start of the next.  A line that gets ordinary and
+ * streaming stores is written twice (that costs 4x on 56-byte rows: see tf_max_pool.py). */
+static inline void pg_stream_copy(void *dst, const void *src, size_t nbytes)
 {
-    Py_ssize_t i = 0;
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t i = 0;
 #if PG_STREAM_AVAILABLE
-    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = s[i];
-    for (; i + 8 <= n; i += 8) _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+    i = (16u - ((uintptr_t)d & 15u)) & 15u;
+    if (i > nbytes) i = nbytes;
+    memcpy(d, s, i);
+    for (; i + 16 <= nbytes; i += 16) _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
 #endif
-    if (i < n) memcpy(d + i, s + i, (size_t)(n - i) * sizeof(uint16_t));
+    if (i < nbytes) memcpy(d + i, s + i, nbytes - i);
+}
+
+/* Whether a row of nbytes at dst starts and ends on 16-byte boundaries (see pg_stream_copy). */
+static inline int pg_stream_whole(const void *dst, size_t nbytes)
+{
+    return PG_STREAM_AVAILABLE && (((uintptr_t)dst | nbytes) & 15u) == 0;
 }
 
 static inline void pg_stream_zero(void *dst, size_t nbytes)

@@ -20,30 +20,33 @@ typedef double pgtf_ring_f64;
 typedef double pgtf_ring_f16;
 typedef double pgtf_ring_bf16;
 
-/* Store n ring values as grad_x values; stream: with streaming stores (pg_stream.h).  float32 / float64 rings
-   hold the storage type already; the 16-bit ones are rounded once (pg_avg.h's row converters) in chunks of 64,
-   which are then streamed from the stack. */
+/* Store n ring values as grad_x values; stream: with streaming stores (pg_stream.h) where the row starts and
+   ends on a 16-byte boundary (elsewhere a line would get both kinds of store: tf_max_pool.py's measurements).
+   float32 / float64 rings hold the storage type already; the 16-bit ones are rounded once (pg_avg.h's row
+   converters) in chunks of up to 64 values on the stack, which are then streamed. */
 #define PGTF_PUT(DT, T)                                                                                \
 static inline void pgtf_put_##DT(T *dst, const T *src, Py_ssize_t n, int stream)                        \
 {                                                                                                      \
-    if (stream) pg_stream_sum_##DT(dst, src, NULL, NULL, n);                                           \
-    else memcpy(dst, src, (size_t)n * sizeof(T));                                                      \
+    if (stream && pg_stream_whole(dst, (size_t)n * sizeof(T)))                                         \
+        pg_stream_copy(dst, src, (size_t)n * sizeof(T));                                               \
+    else                                                                                               \
+        memcpy(dst, src, (size_t)n * sizeof(T));                                                       \
 }
 PGTF_PUT(f32, float)
 PGTF_PUT(f64, double)
 #define PGTF_PUT16(DT)                                                                                 \
 static inline void pgtf_put_##DT(uint16_t *dst, const double *src, Py_ssize_t n, int stream)           \
 {                                                                                                      \
-    Py_ssize_t i = 0;                                                                                  \
-    if (PG_STREAM_AVAILABLE && stream) {                                                               \
+    if (stream && pg_stream_whole(dst, (size_t)n * sizeof(uint16_t))) {                                \
         uint16_t tmp[64];                                                                              \
-        for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = pg_avg_store_##DT(src[i]);         \
-        for (; i + 64 <= n; i += 64) {                                                                 \
-            pg_f64_to_##DT##_row(tmp, src + i, 64);                                                    \
-            pg_stream_u16(dst + i, tmp, 64);                                                           \
+        for (Py_ssize_t i = 0; i < n; i += 64) {                                                       \
+            Py_ssize_t k = n - i < 64 ? n - i : 64;                                                    \
+            pg_f64_to_##DT##_row(tmp, src + i, k);                                                     \
+            pg_stream_copy(dst + i, tmp, (size_t)k * sizeof(uint16_t));                                \
         }                                                                                              \
+    } else {                                                                                           \
+        pg_f64_to_##DT##_row(dst, src, n);                                                             \
     }                                                                                                  \
-    if (i < n) pg_f64_to_##DT##_row(dst + i, src + i, n - i);                                          \
 }
 PGTF_PUT16(f16)
 PGTF_PUT16(bf16)

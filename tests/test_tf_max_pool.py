@@ -171,25 +171,26 @@ def test_planning_limits(monkeypatch):
             assert got.tobytes() == want.tobytes(), (data_format, name)
 
 
-def test_streaming_stores_only_for_long_whole_line_rows():
-    """Streaming stores pay only on big outputs written in long rows of whole cache lines (the measurements are
-    in tf_max_pool.py): the rule looks at the row the kernel stores (W of a plane, W * C channels-last), its
-    length and alignment, and the total size."""
+def test_streaming_stores_only_for_whole_16_byte_rows():
+    """Streaming stores only for big outputs written in rows that start and end on 16-byte boundaries (the
+    measurements are in tf_max_pool.py): the rule looks at the row the kernel stores (W of a plane, W * C
+    channels-last), its length and the strides between rows, and the total size."""
     def rows(shape, layout, dtype=np.float32):
         x = np.empty(shape, dtype)
         x4 = np.moveaxis(x, 3, 1) if layout == "NHWC" else x       # the kernel's logical NCHW view
         return tf_max_pool._stream_rows(x4, x4.shape[3] * (x4.shape[1] if layout == "NHWC" else 1))
 
     assert not rows((24, 512, 14, 14), "NCHW")             # 56 B rows: issue 8's cliff
-    assert not rows((32, 64, 112, 112), "NCHW")            # 448 B rows, not whole lines
-    assert not rows((64, 64, 32, 32), "NCHW")              # whole lines, but 128 B rows
+    assert not rows((24, 512, 14, 14), "NCHW", pgtest.bfloat16)     # 28 B
+    assert rows((32, 64, 112, 112), "NCHW")                # 448 B rows
+    assert not rows((32, 64, 113, 113), "NCHW")            # 452 B rows
     assert rows((1, 4, 1024, 1024), "NCHW")                # 4 KiB rows, 16 MiB
-    assert not rows((1, 1, 1024, 1024), "NCHW")            # 4 KiB rows, 4 MiB: stays in cache
+    assert not rows((1, 1, 1024, 1024), "NCHW")            # 4 MiB: stays in cache
     assert rows((32, 112, 112, 64), "NHWC")                # 28 KiB channels-last rows
     assert rows((32, 112, 112, 64), "NHWC", pgtest.bfloat16)
-    assert not rows((32, 112, 112, 3), "NHWC")             # 1344 B rows
-    # whole-line rows at a row stride that is not whole lines (a view into a wider array)
-    wide = np.empty((1, 4, 1024, 1024 + 4), np.float32)[..., :1024]
+    assert not rows((64, 112, 113, 9), "NHWC")             # 4068 B rows
+    # 16-byte rows at a row stride that is not a multiple of 16 bytes (a view into a wider array)
+    wide = np.empty((1, 4, 1024, 1024 + 1), np.float32)[..., :1024]
     assert not tf_max_pool._stream_rows(wide, 1024)
 
 
@@ -198,7 +199,9 @@ def test_streamed_rows_same_bits_at_every_level(dtype, monkeypatch):
     """Forced streaming stores (pg_stream.h: SSE2 and AVX2 copies, 16-bit rows rounded in chunks and streamed)
     write the bits the ordinary stores write, for rows with unaligned heads and tails, at every ISA level."""
     rng = np.random.default_rng(13)
-    cfg = ((2, 9, 17, 75), (3, 3), (2, 2), "SAME")     # 9 channels: the fused kernel in NHWC too
+    # rows of 200 values: 16-byte multiples for every dtype (others are stored without streaming); 9 channels:
+    # the fused kernel in NHWC too
+    cfg = ((2, 9, 17, 200), (3, 3), (2, 2), "SAME")
     x4, g4, _, _ = _ref_case(rng, cfg, dtype, "ties")
     for data_format in ("NCHW", "NHWC"):
         want = _grad(x4, g4, cfg, data_format, num_threads=2)
