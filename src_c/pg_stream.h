@@ -96,7 +96,7 @@ static inline void pg_stream_copy(void *dst, const void *src, size_t nbytes)
 #if PG_STREAM_AVAILABLE
     i = (16u - ((uintptr_t)d & 15u)) & 15u;
     if (i > nbytes) i = nbytes;
-    memcpy(d, s, i);
+    if (i) memcpy(d, s, i);          /* (a call even for 0 bytes: this runs once per row) */
     for (; i + 16 <= nbytes; i += 16) _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
 #endif
     if (i < nbytes) memcpy(d + i, s + i, nbytes - i);
