@@ -22,6 +22,12 @@ cdef extern from "pg_dtype.h" nogil:
     float pg_round_hf32(float f)
     float pg_round_f16(float f)
 
+cdef extern from "pg_isa.h":
+    # the one instruction-set level (0 portable, 1 AVX2, 2 AVX-512): a kernel module calls pg_isa_bind() once at
+    # import, so that its pg_isa() reads the level poolgrad.config sets (see pg_isa.h)
+    int pg_isa_bind() except -1
+    int pg_isa() nogil
+
 cdef extern from "pg_parallel.h" nogil:
     int pg_omp_max_threads()
     void pg_atomic_add_f32(float* p, float v)

@@ -6,6 +6,5 @@ that would go stale; the few attributes the Python side reads for configuration 
 """
 from typing import Any
 
-ARGMAX_ISA: str
-
+def isa_level() -> int: ...
 def __getattr__(name: str) -> Any: ...

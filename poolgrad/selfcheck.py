@@ -123,15 +123,20 @@ CHECKS: list[tuple[str, Callable[[np.random.Generator, np.dtype, str], bool]]] =
 
 
 def self_check(progress: Callable[[str], None] | None = None) -> bool:
-    """Run every operator on small random inputs in every dtype and layout; True if all agree with the
-    reference."""
-    rng = np.random.default_rng(2026)
+    """Run every operator on small random inputs in every dtype and layout, at every instruction-set level this
+    CPU runs (each level runs the kernels' own vector variants); True if all agree with the reference."""
+    from .config import set_isa_level, supported_isa_levels
     all_ok = True
     for name, check in CHECKS:
         for dtype in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), bfloat16):
             for layout in ("NCHW", "NHWC"):
-                ok = check(rng, dtype, layout)
-                all_ok &= ok
+                failed = []
+                for level in supported_isa_levels():
+                    with set_isa_level(level):
+                        if not check(np.random.default_rng(2026), dtype, layout):
+                            failed.append(level)
+                all_ok &= not failed
                 if progress:
-                    progress(f"{'ok  ' if ok else 'FAIL'} {name} {dtype} {layout}")
+                    progress(f"{'FAIL' if failed else 'ok  '} {name} {dtype} {layout}"
+                             + (f" (at {', '.join(failed)})" if failed else ""))
     return all_ok

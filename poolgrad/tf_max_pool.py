@@ -50,7 +50,19 @@ COMPOSE_MAX_C = 8
 MIN_BAND_WINDOWS = 2
 # Upper bound on the per-thread accumulation ring (bytes); only huge windows times huge rows reach it.
 RING_BUDGET = 32 << 20
-# grad_x at least this big is written with non-temporal stores (it would not stay in cache anyway).
+# grad_x is written with streaming stores (no read for ownership, no cache pollution) where that cannot cost a
+# partial-line write: at least STREAM_BYTES in all, in rows (the values the kernel stores at once: W of a plane,
+# W * C of a channels-last image row) that start and end on 16-byte boundaries (_stream_rows; the kernel checks
+# each row's address too, pg_stream_whole), so that rows written in address order fill every line with
+# streaming stores alone.  A line that gets ordinary stores (the unaligned head or tail of a row) as well as
+# streaming ones is written twice: 56-byte rows (NCHW 24x512x14x14 k3s2, 9 MiB) took 3.8x - 4.3x the time of
+# cached stores, the batch 20 -> 24 cliff of issue 8 (5.8x per element in bench/sweep.py) when the rule was the
+# size alone.  With the rule, streamed / cached CPU time (float32, 1 thread, k3s2 VALID, out= preallocated,
+# median of 9 interleaved rounds, ``PYTHONPATH=. python bench/experiments/tf_stream_rows.py 9 1``): 448-byte
+# rows (NCHW 32x64x112x112, bench/suite.py's row) 0.98x, 4 KiB rows at 8 - 16 MiB 0.94x - 0.97x, channels-last
+# rows of 14 - 28 KiB at 9 - 24 MiB 0.94x - 0.99x, 112 - 256-byte rows 1.06x - 1.13x; bfloat16 0.91x - 1.12x;
+# below the size 0.2 MiB: 1.27x.  One thread is mostly compute-bound here; the size threshold is kept as it was
+# (2-thread timings on this shared machine were not usable when this was measured).
 STREAM_BYTES = 8 << 20
 # The channels-last kernel's ring offsets are int32 (vectorisation): a ring (at most max(2 * RING_BUDGET, one
 # row)) must hold fewer elements, so rows of W*C >= RING_INT32 elements take the plane path.
@@ -392,5 +404,17 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
     nthreads = min(nthreads, units * nb)          # idle threads would only cost ring memory
     ring_elems = ring_rows * row_elems
     scratch = ScratchPool(lambda: (thread_rows(nthreads, ring_elems, acc), thread_rows(nthreads, win_h, np.int32)))
-    return (part, band_oa, band_ob, target.nbytes >= STREAM_BYTES, ring_rows, nthreads,
+    return (part, band_oa, band_ob, _stream_rows(target, row_elems), ring_rows, nthreads,
             pool.plane_vector_run(ring_rows * W), scratch)
+
+
+def _stream_rows(target: np.ndarray, row_elems: int) -> bool:
+    """Whether the fused gradient writes ``target`` (grad_x, logical NCHW) with streaming stores: see
+    STREAM_BYTES.  A row is the ``row_elems`` contiguous values the kernel stores at once (W of a plane, W * C
+    of a channels-last image row); rows start at the N, (C,) and H strides.  The kernel also checks, row by row,
+    that the row starts on a 16-byte boundary (the base address is not part of the plan's key)."""
+    channels_last = row_elems != target.shape[3]
+    starts = (target.strides[0], target.strides[2]) if channels_last else target.strides[:3]
+    dims = (target.shape[0], target.shape[2]) if channels_last else target.shape[:3]
+    return (target.nbytes >= STREAM_BYTES and (row_elems * target.itemsize) % 16 == 0
+            and all(st % 16 == 0 for st, n in zip(starts, dims) if n > 1))

@@ -8,16 +8,14 @@
  * first valid cell of a window is taken (kidx < 0), then a value replaces the maximum if it is greater or NaN, so
  * ties keep the first maximum and the last NaN wins - the same result as the per-window scalar scan.
  *
- * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (pg_argmax_isa() picks one at
- * import); the variants perform the same IEEE comparisons, so results are identical whichever runs.
+ * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (the one ISA level of pg_isa.h
+ * picks one); the variants perform the same IEEE comparisons, so results are identical whichever runs.
  * Needs Py_ssize_t (Python.h, which the Cython-generated C includes first). */
 #ifndef PG_ARGMAX_H
 #define PG_ARGMAX_H
 #include <stdint.h>
 #include "pg_dtype.h"
 #include "pg_isa.h"
-
-#define PG_ARGMAX_X86 PG_X86_VARIANTS
 
 #define PG_ARGMAX_LOOP(DT, IDX)                                                                         \
     for (Py_ssize_t j = 0; j < n; j++) {                                                                \
@@ -76,72 +74,21 @@ PG_ARGMAX_SPLIT2(SFX, uint16_t, u16)                                            
 PG_ARGMAX_SPLIT2(SFX, uint32_t, u32)                                                                    \
 PG_ARGMAX_SPLIT2(SFX, uint64_t, u64)
 
-PG_ARGMAX_ISA(base)
-#if PG_ARGMAX_X86
-#pragma GCC push_options
-#pragma GCC target("avx2")
-PG_ARGMAX_ISA(avx2)
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
-PG_ARGMAX_ISA(avx512)
-#pragma GCC pop_options
-#endif
+#define PG_ISA_GEN PG_ARGMAX_ISA
+#include "pg_isa_variants.h"
 
-static int pg_argmax_isa(void) { return pg_cpu_isa(); }
-
-#if PG_ARGMAX_X86
+/* Entry points: the variant of ISA level isa. */
 #define PG_ARGMAX_DISPATCH(DT, T, ACC)                                                                  \
 static inline void pg_argmax_cell_##DT(int isa, ACC *best, int32_t *kidx, const T *x, Py_ssize_t n,     \
                                        Py_ssize_t step, int32_t k)                                      \
-{                                                                                                       \
-    if (isa == 2) pg_argmax_cell_##DT##_avx512(best, kidx, x, n, step, k);                             \
-    else if (isa == 1) pg_argmax_cell_##DT##_avx2(best, kidx, x, n, step, k);                          \
-    else pg_argmax_cell_##DT##_base(best, kidx, x, n, step, k);                                        \
-}
-#else
-#define PG_ARGMAX_DISPATCH(DT, T, ACC)                                                                  \
-static inline void pg_argmax_cell_##DT(int isa, ACC *best, int32_t *kidx, const T *x, Py_ssize_t n,     \
-                                       Py_ssize_t step, int32_t k)                                      \
-{                                                                                                       \
-    (void)isa;                                                                                          \
-    pg_argmax_cell_##DT##_base(best, kidx, x, n, step, k);                                             \
-}
-#endif
-#if PG_ARGMAX_X86
+{ PG_ISA_PICK(isa, pg_argmax_cell_##DT, (best, kidx, x, n, step, k)); }
 #define PG_ARGMAX_SPLIT_DISPATCH(T, NAME)                                                               \
 static inline void pg_argmax_split2_##NAME(int isa, T *even, T *odd, const T *x, Py_ssize_t w)          \
-{                                                                                                       \
-    if (isa == 2) pg_argmax_split2_##NAME##_avx512(even, odd, x, w);                                   \
-    else if (isa == 1) pg_argmax_split2_##NAME##_avx2(even, odd, x, w);                                \
-    else pg_argmax_split2_##NAME##_base(even, odd, x, w);                                              \
-}
-#else
-#define PG_ARGMAX_SPLIT_DISPATCH(T, NAME)                                                               \
-static inline void pg_argmax_split2_##NAME(int isa, T *even, T *odd, const T *x, Py_ssize_t w)          \
-{                                                                                                       \
-    (void)isa;                                                                                          \
-    pg_argmax_split2_##NAME##_base(even, odd, x, w);                                                   \
-}
-#endif
-#if PG_ARGMAX_X86
+{ PG_ISA_PICK(isa, pg_argmax_split2_##NAME, (even, odd, x, w)); }
 #define PG_ARGMAX_INDEX_DISPATCH(IT, NAME)                                                              \
 static inline void pg_argmax_index_##NAME(int isa, IT *out, const int32_t *kidx, const int64_t *lane_off, \
                                           const int64_t *kflat, int64_t base, Py_ssize_t n)             \
-{                                                                                                       \
-    if (isa == 2) pg_argmax_index_##NAME##_avx512(out, kidx, lane_off, kflat, base, n);                \
-    else if (isa == 1) pg_argmax_index_##NAME##_avx2(out, kidx, lane_off, kflat, base, n);             \
-    else pg_argmax_index_##NAME##_base(out, kidx, lane_off, kflat, base, n);                           \
-}
-#else
-#define PG_ARGMAX_INDEX_DISPATCH(IT, NAME)                                                              \
-static inline void pg_argmax_index_##NAME(int isa, IT *out, const int32_t *kidx, const int64_t *lane_off, \
-                                          const int64_t *kflat, int64_t base, Py_ssize_t n)             \
-{                                                                                                       \
-    (void)isa;                                                                                          \
-    pg_argmax_index_##NAME##_base(out, kidx, lane_off, kflat, base, n);                                \
-}
-#endif
+{ PG_ISA_PICK(isa, pg_argmax_index_##NAME, (out, kidx, lane_off, kflat, base, n)); }
 PG_ARGMAX_INDEX_DISPATCH(int32_t, i32)
 PG_ARGMAX_INDEX_DISPATCH(int64_t, i64)
 PG_ARGMAX_SPLIT_DISPATCH(uint16_t, u16)

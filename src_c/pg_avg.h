@@ -1,8 +1,8 @@
 /* Row loops of average pooling (used by poolgrad/_avg_pool.pyx.in).
  *
  * Each loop exists twice on x86-64: for the baseline (SSE2, part of x86-64: no build flag needed) and for
- * AVX2 (+ F16C for the float16 rows), chosen at run time (pg_avg_simd, set at import from the CPU, settable
- * for tests).  Both give the same bits: the same IEEE operations on each element in the same order (no FMA, no
+ * AVX2 (+ F16C for the float16 rows), chosen at run time by the one ISA level (pg_isa.h; settable for tests
+ * through poolgrad.config.set_isa_level).  Both give the same bits: the same IEEE operations on each element in the same order (no FMA, no
  * reassociation); only the vector width differs.  Elsewhere: baseline only.
  *
  * Accumulation types: float32 accumulates in float32, float64 in float64, and float16 / bfloat16 in float64
@@ -46,12 +46,9 @@
 #include <string.h>
 #include "pg_dtype.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#define PG_AVG_STREAMING 1
-#else
-#define PG_AVG_STREAMING 0
-#endif
+#include "pg_isa.h"
+#include "pg_stream.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__)
 #include <immintrin.h>
 #define PG_AVG_DISPATCH 1
@@ -60,22 +57,6 @@
 #else
 #define PG_AVG_DISPATCH 0
 #endif
-
-static int pg_avg_simd = 0;   /* 1: use the AVX2 variants; 2: also the AVX-512 ones (16-bit stores) */
-
-static int pg_avg_simd_available(void) {
-#if PG_AVG_DISPATCH
-    __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma")))
-        return 0;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-        return 2;
-    return 1;
-#else
-    return 0;
-#endif
-}
 
 /* ---- one value: float64 -> 16-bit, rounded once --------------------------------------------------------- */
 
@@ -133,7 +114,8 @@ PG_AVG_LOOPS(double, f64_base, )
 #if PG_AVG_DISPATCH
 PG_AVG_LOOPS(float, f32_avx2, PG_AVG_AVX2)
 PG_AVG_LOOPS(double, f64_avx2, PG_AVG_AVX2)
-#define PG_AVG_PICK(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
+#define PG_AVG_PICK(NAME, S, ARGS)                                                                            \
+    do { if (pg_isa() >= PG_ISA_AVX2) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
 #else
 #define PG_AVG_PICK(NAME, S, ARGS) NAME##S##_base ARGS
 #endif
@@ -161,90 +143,14 @@ static inline void pg_avg_phase2_f64(double *C, const double *T, Py_ssize_t o0, 
                                      Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
 
-/* ---- streaming stores ------------------------------------------------------------------------------------ */
+/* ---- streaming stores: pg_stream.h's, under the names the average kernels use ---------------------------- */
 
-#define PG_AVG_S3(i) (b == NULL ? a[i] : (c == NULL ? a[i] + b[i] : (a[i] + b[i]) + c[i]))
-#if PG_AVG_DISPATCH
-PG_AVG_AVX2 static void pg_avg_sum_stream_f32_avx2(float *d, const float *a, const float *b, const float *c,
-                                                   Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i < n && ((uintptr_t)(d + i) & 31u); i++) d[i] = PG_AVG_S3(i);
-    if (b == NULL)
-        for (; i + 8 <= n; i += 8) _mm256_stream_ps(d + i, _mm256_loadu_ps(a + i));
-    else if (c == NULL)
-        for (; i + 8 <= n; i += 8)
-            _mm256_stream_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-    else
-        for (; i + 8 <= n; i += 8)
-            _mm256_stream_ps(d + i, _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)),
-                                                  _mm256_loadu_ps(c + i)));
-    for (; i < n; i++) d[i] = PG_AVG_S3(i);
-}
-PG_AVG_AVX2 static void pg_avg_sum_stream_f64_avx2(double *d, const double *a, const double *b, const double *c,
-                                                   Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i < n && ((uintptr_t)(d + i) & 31u); i++) d[i] = PG_AVG_S3(i);
-    if (b == NULL)
-        for (; i + 4 <= n; i += 4) _mm256_stream_pd(d + i, _mm256_loadu_pd(a + i));
-    else if (c == NULL)
-        for (; i + 4 <= n; i += 4)
-            _mm256_stream_pd(d + i, _mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i)));
-    else
-        for (; i + 4 <= n; i += 4)
-            _mm256_stream_pd(d + i, _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i)),
-                                                  _mm256_loadu_pd(c + i)));
-    for (; i < n; i++) d[i] = PG_AVG_S3(i);
-}
-#endif
-static void pg_avg_sum_stream_f32(float *d, const float *a, const float *b, const float *c, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-#if PG_AVG_DISPATCH
-    if (pg_avg_simd) { pg_avg_sum_stream_f32_avx2(d, a, b, c, n); return; }
-#endif
-#if defined(__SSE2__)
-    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = PG_AVG_S3(i);
-    if (b == NULL)
-        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_loadu_ps(a + i));
-    else if (c == NULL)
-        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
-    else
-        for (; i + 4 <= n; i += 4)
-            _mm_stream_ps(d + i, _mm_add_ps(_mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)),
-                                            _mm_loadu_ps(c + i)));
-#endif
-    for (; i < n; i++) d[i] = PG_AVG_S3(i);
-}
-static void pg_avg_sum_stream_f64(double *d, const double *a, const double *b, const double *c, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-#if PG_AVG_DISPATCH
-    if (pg_avg_simd) { pg_avg_sum_stream_f64_avx2(d, a, b, c, n); return; }
-#endif
-#if defined(__SSE2__)
-    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = PG_AVG_S3(i);
-    if (b == NULL)
-        for (; i + 2 <= n; i += 2) _mm_stream_pd(d + i, _mm_loadu_pd(a + i));
-    else if (c == NULL)
-        for (; i + 2 <= n; i += 2) _mm_stream_pd(d + i, _mm_add_pd(_mm_loadu_pd(a + i), _mm_loadu_pd(b + i)));
-    else
-        for (; i + 2 <= n; i += 2)
-            _mm_stream_pd(d + i, _mm_add_pd(_mm_add_pd(_mm_loadu_pd(a + i), _mm_loadu_pd(b + i)),
-                                            _mm_loadu_pd(c + i)));
-#endif
-    for (; i < n; i++) d[i] = PG_AVG_S3(i);
-}
-static void pg_avg_stream_u16(uint16_t *d, const uint16_t *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-#if defined(__SSE2__)
-    for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = s[i];
-    for (; i + 8 <= n; i += 8) _mm_stream_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
-#endif
-    for (; i < n; i++) d[i] = s[i];
-}
-static void pg_avg_sfence(void) {
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
-}
+#define PG_AVG_STREAMING PG_STREAM_AVAILABLE
+#define PG_AVG_S3 PG_STREAM_S3
+#define pg_avg_sum_stream_f32 pg_stream_sum_f32
+#define pg_avg_sum_stream_f64 pg_stream_sum_f64
+#define pg_avg_stream_u16(d, s, n) pg_stream_copy((d), (s), (size_t)(n) * sizeof(uint16_t))
+#define pg_avg_sfence pg_stream_fence
 
 /* ---- 16-bit rows (double accumulator) -------------------------------------------------------------------- */
 
@@ -481,10 +387,10 @@ PG_AVG_AVX512 static void pg_avg_divst_##S##_avx512(uint16_t *restrict o, const 
 }
 PG_AVG_LOOPS16_AVX512(f16)
 PG_AVG_LOOPS16_AVX512(bf16)
-#define PG_AVG_PICK16(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
+#define PG_AVG_PICK16 PG_AVG_PICK
 #define PG_AVG_PICK16W(NAME, S, ARGS)                                                                         \
-    do { if (pg_avg_simd == 2) NAME##S##_avx512 ARGS; else if (pg_avg_simd) NAME##S##_avx2 ARGS;             \
-         else NAME##S##_base ARGS; } while (0)
+    do { int pg_level_ = pg_isa(); if (pg_level_ >= PG_ISA_AVX512) NAME##S##_avx512 ARGS;                   \
+         else if (pg_level_ >= PG_ISA_AVX2) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
 #else
 #define PG_AVG_PICK16(NAME, S, ARGS) NAME##S##_base ARGS
 #define PG_AVG_PICK16W(NAME, S, ARGS) NAME##S##_base ARGS
@@ -506,8 +412,8 @@ static inline void pg_avg_divst_##S(uint16_t *o, const double *a, double q, Py_s
 PG_AVG_ENTRY16(f16)
 PG_AVG_ENTRY16(bf16)
 
-/* Rows of float64 sums rounded once to float16 / bfloat16 (the max-pooling scatter's float64 bands).  A module
- * that calls them sets its own pg_avg_simd from pg_avg_simd_available() at import (the variable is static). */
+/* Rows of float64 sums rounded once to float16 / bfloat16 (the max-pooling scatter's float64 bands); the
+ * variant follows the one ISA level, like every loop here. */
 static inline void pg_f64_to_f16_row(uint16_t *dst, const double *src, Py_ssize_t n)
 { pg_avg_sumst_f16(dst, src, NULL, NULL, 0.0, n); }
 static inline void pg_f64_to_bf16_row(uint16_t *dst, const double *src, Py_ssize_t n)

@@ -18,8 +18,8 @@
  * signalling NaN's payload survives).  Index lanes are int32 for the 32- and 16-bit types (callers guarantee
  * H * W < 2^31) and int64 for float64, so that the index select has the width of the value compare.
  *
- * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (pg_cpu_isa() picks one); every
- * variant performs the same IEEE comparisons, so results are identical whichever runs.
+ * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (the one ISA level of pg_isa.h
+ * picks one); every variant performs the same IEEE comparisons, so results are identical whichever runs.
  * Needs Py_ssize_t (Python.h, which the Cython-generated C includes first). */
 #ifndef PG_CL_ARGMAX_H
 #define PG_CL_ARGMAX_H
@@ -113,64 +113,43 @@ static void pg_cl_argmax_##DT##_##INAME##_##SFX(                                
     }                                                                                                     \
 }
 
-#define PG_CL_ISA(SFX)                                                                                    \
-PG_CL_ROW(SFX, f32, float, float, int32_t, int32_t, i32, PG_CL_LANES)                                     \
-PG_CL_ROW(SFX, f32, float, float, int32_t, int64_t, i64, PG_CL_LANES)                                     \
-PG_CL_ROW(SFX, f64, double, double, int64_t, int32_t, i32, PG_CL_LANES_F64)                               \
-PG_CL_ROW(SFX, f64, double, double, int64_t, int64_t, i64, PG_CL_LANES_F64)                               \
-PG_CL_ROW(SFX, f16, uint16_t, float, int32_t, int32_t, i32, PG_CL_LANES)                                  \
-PG_CL_ROW(SFX, f16, uint16_t, float, int32_t, int64_t, i64, PG_CL_LANES)                                  \
-PG_CL_ROW(SFX, bf16, uint16_t, float, int32_t, int32_t, i32, PG_CL_LANES)                                 \
-PG_CL_ROW(SFX, bf16, uint16_t, float, int32_t, int64_t, i64, PG_CL_LANES)
+/* The (dtype, index dtype) pairs every channels-last kernel (this forward, pg_cl_gather.h's backward) is compiled
+ * for: M(DT, T, IT, INAME, ARG) for each, with the per-dtype choices in PG_CL_<what>_<DT> below. */
+#define PG_CL_PAIRS(M, ARG)                                                                               \
+    M(f32, float, int32_t, i32, ARG) M(f32, float, int64_t, i64, ARG)                                     \
+    M(f64, double, int32_t, i32, ARG) M(f64, double, int64_t, i64, ARG)                                   \
+    M(f16, uint16_t, int32_t, i32, ARG) M(f16, uint16_t, int64_t, i64, ARG)                               \
+    M(bf16, uint16_t, int32_t, i32, ARG) M(bf16, uint16_t, int64_t, i64, ARG)
+/* compare type, lane index type (the width of the compare) and lanes per block */
+#define PG_CL_CMP_f32 float
+#define PG_CL_CMP_f64 double
+#define PG_CL_CMP_f16 float
+#define PG_CL_CMP_bf16 float
+#define PG_CL_LT_f32 int32_t
+#define PG_CL_LT_f64 int64_t
+#define PG_CL_LT_f16 int32_t
+#define PG_CL_LT_bf16 int32_t
+#define PG_CL_B_f32 PG_CL_LANES
+#define PG_CL_B_f64 PG_CL_LANES_F64
+#define PG_CL_B_f16 PG_CL_LANES
+#define PG_CL_B_bf16 PG_CL_LANES
 
-PG_CL_ISA(base)
-#if PG_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2")
-PG_CL_ISA(avx2)
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
-PG_CL_ISA(avx512)
-#pragma GCC pop_options
-#endif
+#define PG_CL_ROW_PAIR(DT, T, IT, INAME, SFX)                                                             \
+    PG_CL_ROW(SFX, DT, T, PG_CL_CMP_##DT, PG_CL_LT_##DT, IT, INAME, PG_CL_B_##DT)
+#define PG_CL_ISA(SFX) PG_CL_PAIRS(PG_CL_ROW_PAIR, SFX)
+#define PG_ISA_GEN PG_CL_ISA
+#include "pg_isa_variants.h"
 
-#if PG_X86_VARIANTS
-#define PG_CL_DISPATCH(DT, T, IT, INAME)                                                                  \
+/* Entry points: the variant of ISA level isa. */
+#define PG_CL_DISPATCH(DT, T, IT, INAME, UNUSED)                                                          \
 static inline void pg_cl_argmax_##DT##_##INAME(                                                           \
     int isa, const T *x, Py_ssize_t xs_h, Py_ssize_t xs_w, T *y, Py_ssize_t ys_w, IT *ind,                \
     Py_ssize_t is_w, Py_ssize_t c0, Py_ssize_t c1, Py_ssize_t W, int64_t h0, int64_t hc, int64_t dh,      \
     const int64_t *ws, const int64_t *wc, int64_t dw, Py_ssize_t ow0, Py_ssize_t ow1)                     \
 {                                                                                                         \
-    if (isa == 2)                                                                                         \
-        pg_cl_argmax_##DT##_##INAME##_avx512(x, xs_h, xs_w, y, ys_w, ind, is_w, c0, c1, W, h0, hc, dh,   \
-                                             ws, wc, dw, ow0, ow1);                                       \
-    else if (isa == 1)                                                                                    \
-        pg_cl_argmax_##DT##_##INAME##_avx2(x, xs_h, xs_w, y, ys_w, ind, is_w, c0, c1, W, h0, hc, dh,     \
-                                           ws, wc, dw, ow0, ow1);                                         \
-    else                                                                                                  \
-        pg_cl_argmax_##DT##_##INAME##_base(x, xs_h, xs_w, y, ys_w, ind, is_w, c0, c1, W, h0, hc, dh,     \
-                                           ws, wc, dw, ow0, ow1);                                         \
+    PG_ISA_PICK(isa, pg_cl_argmax_##DT##_##INAME,                                                         \
+                (x, xs_h, xs_w, y, ys_w, ind, is_w, c0, c1, W, h0, hc, dh, ws, wc, dw, ow0, ow1));        \
 }
-#else
-#define PG_CL_DISPATCH(DT, T, IT, INAME)                                                                  \
-static inline void pg_cl_argmax_##DT##_##INAME(                                                           \
-    int isa, const T *x, Py_ssize_t xs_h, Py_ssize_t xs_w, T *y, Py_ssize_t ys_w, IT *ind,                \
-    Py_ssize_t is_w, Py_ssize_t c0, Py_ssize_t c1, Py_ssize_t W, int64_t h0, int64_t hc, int64_t dh,      \
-    const int64_t *ws, const int64_t *wc, int64_t dw, Py_ssize_t ow0, Py_ssize_t ow1)                     \
-{                                                                                                         \
-    (void)isa;                                                                                            \
-    pg_cl_argmax_##DT##_##INAME##_base(x, xs_h, xs_w, y, ys_w, ind, is_w, c0, c1, W, h0, hc, dh,         \
-                                       ws, wc, dw, ow0, ow1);                                             \
-}
-#endif
-PG_CL_DISPATCH(f32, float, int32_t, i32)
-PG_CL_DISPATCH(f32, float, int64_t, i64)
-PG_CL_DISPATCH(f64, double, int32_t, i32)
-PG_CL_DISPATCH(f64, double, int64_t, i64)
-PG_CL_DISPATCH(f16, uint16_t, int32_t, i32)
-PG_CL_DISPATCH(f16, uint16_t, int64_t, i64)
-PG_CL_DISPATCH(bf16, uint16_t, int32_t, i32)
-PG_CL_DISPATCH(bf16, uint16_t, int64_t, i64)
+PG_CL_PAIRS(PG_CL_DISPATCH, )
 
 #endif

@@ -17,8 +17,8 @@
  * plane-by-plane pass).  Counting costs one vector add per compare; a separate per-output span check cost as
  * much as the gather itself (43% of the time on 8x56x56x256 k2s2, measured with perf).
  *
- * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (pg_cpu_isa() picks one); every
- * variant performs the same IEEE operations in the same order.  Needs Py_ssize_t (Python.h). */
+ * Compiled for the baseline ISA and, on x86-64 with GCC, for AVX2 and AVX-512 (the one ISA level of pg_isa.h
+ * picks one); every variant performs the same IEEE operations in the same order.  Needs Py_ssize_t (Python.h). */
 #ifndef PG_CL_GATHER_H
 #define PG_CL_GATHER_H
 #include <stdint.h>
@@ -75,52 +75,30 @@ static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                             
     return hits;                                                                                          \
 }
 
-#define PG_CL_GATHER_ISA(SFX)                                                                             \
-PG_CL_GATHER_ROW(SFX, f32, float, float, pg_store_f32, int32_t, i32, PG_CL_LANES)                                       \
-PG_CL_GATHER_ROW(SFX, f32, float, float, pg_store_f32, int64_t, i64, PG_CL_LANES)                                       \
-PG_CL_GATHER_ROW(SFX, f64, double, double, pg_store_f64, int32_t, i32, PG_CL_LANES_F64)                                 \
-PG_CL_GATHER_ROW(SFX, f64, double, double, pg_store_f64, int64_t, i64, PG_CL_LANES_F64)                                 \
-PG_CL_GATHER_ROW(SFX, f16, uint16_t, double, pg_avg_store_f16, int32_t, i32, PG_CL_LANES)                                    \
-PG_CL_GATHER_ROW(SFX, f16, uint16_t, double, pg_avg_store_f16, int64_t, i64, PG_CL_LANES)                                    \
-PG_CL_GATHER_ROW(SFX, bf16, uint16_t, double, pg_avg_store_bf16, int32_t, i32, PG_CL_LANES)                                   \
-PG_CL_GATHER_ROW(SFX, bf16, uint16_t, double, pg_avg_store_bf16, int64_t, i64, PG_CL_LANES)
+/* the pairs of pg_cl_argmax.h; sums of the 16-bit types in float64, rounded once on the store (pg_avg.h) */
+#define PG_CL_SUM_f32 float
+#define PG_CL_SUM_f64 double
+#define PG_CL_SUM_f16 double
+#define PG_CL_SUM_bf16 double
+#define PG_CL_STORE_f32 pg_store_f32
+#define PG_CL_STORE_f64 pg_store_f64
+#define PG_CL_STORE_f16 pg_avg_store_f16
+#define PG_CL_STORE_bf16 pg_avg_store_bf16
+#define PG_CL_GATHER_PAIR(DT, T, IT, INAME, SFX)                                                          \
+    PG_CL_GATHER_ROW(SFX, DT, T, PG_CL_SUM_##DT, PG_CL_STORE_##DT, IT, INAME, PG_CL_B_##DT)
+#define PG_CL_GATHER_ISA(SFX) PG_CL_PAIRS(PG_CL_GATHER_PAIR, SFX)
+#define PG_ISA_GEN PG_CL_GATHER_ISA
+#include "pg_isa_variants.h"
 
-PG_CL_GATHER_ISA(base)
-#if PG_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2")
-PG_CL_GATHER_ISA(avx2)
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
-PG_CL_GATHER_ISA(avx512)
-#pragma GCC pop_options
-#endif
-
-/* Call the variant for ISA level ISA (the whole call, ARGS in parentheses, is EXPR's argument list). */
-#if PG_X86_VARIANTS
-#define PG_CL_PICK(ISA, NAME, ARGS)                                                                       \
-    ((ISA) == 2 ? NAME##_avx512 ARGS : (ISA) == 1 ? NAME##_avx2 ARGS : NAME##_base ARGS)
-#else
-#define PG_CL_PICK(ISA, NAME, ARGS) ((void)(ISA), NAME##_base ARGS)
-#endif
-
-#define PG_CL_GATHER_DISPATCH(DT, T, IT, INAME)                                                           \
+#define PG_CL_GATHER_DISPATCH(DT, T, IT, INAME, UNUSED)                                                   \
 static inline int64_t pg_cl_gather_##DT##_##INAME(                                                        \
     int isa, T *gx, Py_ssize_t gx_w, const T *go, Py_ssize_t go_h, Py_ssize_t go_w, const IT *ind,        \
     Py_ssize_t ix_h, Py_ssize_t ix_w, Py_ssize_t C, Py_ssize_t W, int64_t ih, int64_t oa, int64_t ob,     \
     const int64_t *owa, const int64_t *owb)                                                               \
 {                                                                                                         \
-    return PG_CL_PICK(isa, pg_cl_gather_##DT##_##INAME,                                                   \
+    return PG_ISA_PICK(isa, pg_cl_gather_##DT##_##INAME,                                                  \
                       (gx, gx_w, go, go_h, go_w, ind, ix_h, ix_w, C, W, ih, oa, ob, owa, owb));           \
 }
-PG_CL_GATHER_DISPATCH(f32, float, int32_t, i32)
-PG_CL_GATHER_DISPATCH(f32, float, int64_t, i64)
-PG_CL_GATHER_DISPATCH(f64, double, int32_t, i32)
-PG_CL_GATHER_DISPATCH(f64, double, int64_t, i64)
-PG_CL_GATHER_DISPATCH(f16, uint16_t, int32_t, i32)
-PG_CL_GATHER_DISPATCH(f16, uint16_t, int64_t, i64)
-PG_CL_GATHER_DISPATCH(bf16, uint16_t, int32_t, i32)
-PG_CL_GATHER_DISPATCH(bf16, uint16_t, int64_t, i64)
+PG_CL_PAIRS(PG_CL_GATHER_DISPATCH, )
 
 #endif

@@ -101,15 +101,29 @@ PG_INLINE double pg_store_f64(double v) { return v; }
 PG_INLINE uint16_t pg_store_f16(float v) { return pg_f32_to_f16(v); }
 PG_INLINE uint16_t pg_store_bf16(float v) { return pg_f32_to_bf16(v); }
 
-/* ---- float16 rows with the F16C instructions when the CPU has them ------------------------------------
- * A portable build targets baseline x86-64 (no F16C), where float16 rounding is ~20 integer instructions per
- * value.  These row converters pick, once, a variant compiled for F16C (8 values per instruction, the same
- * round-to-nearest-even results: both follow IEEE 754; a NaN comes out quiet either way) and otherwise run
- * the portable loops above, which GCC vectorises. */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+/* ---- rows --------------------------------------------------------------------------------------------------
+ * The portable loops (suffix base) apply the routines above to every element; GCC vectorises them.  A portable
+ * build targets baseline x86-64 (no F16C), where float16 rounding is ~20 integer instructions per value, so from
+ * ISA level 1 (pg_isa.h: AVX2 with F16C) the float16 rows use the conversion instructions (8 values per
+ * instruction, the same round-to-nearest-even results: both follow IEEE 754; a NaN comes out quiet either way)
+ * and the bfloat16 rows (shifts and integer adds: identical results) copies of the portable loops compiled for
+ * the level's vector width. */
+#include "pg_isa.h"
+
+#define PG_ROW_LOOP(NAME, DST_T, SRC_T, CONV)                                                               \
+    static void NAME(DST_T *dst, const SRC_T *src, ptrdiff_t n)                                              \
+    { for (ptrdiff_t i = 0; i < n; i++) dst[i] = CONV(src[i]); }
+#define PG_BF16_ROW_LOOPS(SFX)                                                                               \
+    PG_ROW_LOOP(pg_bf16_to_f32_row_##SFX, float, uint16_t, pg_bf16_to_f32)                                   \
+    PG_ROW_LOOP(pg_f32_to_bf16_row_##SFX, uint16_t, float, pg_f32_to_bf16)
+#define PG_ISA_GEN PG_BF16_ROW_LOOPS
+#include "pg_isa_variants.h"
+PG_ROW_LOOP(pg_f16_to_f32_row_base, float, uint16_t, pg_f16_to_f32)
+PG_ROW_LOOP(pg_f32_to_f16_row_base, uint16_t, float, pg_f32_to_f16)
+
+#if PG_X86_VARIANTS
 #include <immintrin.h>
-#define PG_F16C_DISPATCH 1
-__attribute__((target("avx,f16c"))) static void pg_f16_to_f32_row_f16c(float *dst, const uint16_t *src,
+__attribute__((target("avx,f16c"))) static void pg_f16_to_f32_row_avx2(float *dst, const uint16_t *src,
                                                                        ptrdiff_t n)
 {
     ptrdiff_t i = 0;
@@ -118,7 +132,7 @@ __attribute__((target("avx,f16c"))) static void pg_f16_to_f32_row_f16c(float *ds
     for (; i < n; i++) dst[i] = pg_f16_to_f32(src[i]);
 }
 
-__attribute__((target("avx,f16c"))) static void pg_f32_to_f16_row_f16c(uint16_t *dst, const float *src,
+__attribute__((target("avx,f16c"))) static void pg_f32_to_f16_row_avx2(uint16_t *dst, const float *src,
                                                                        ptrdiff_t n)
 {
     ptrdiff_t i = 0;
@@ -127,76 +141,19 @@ __attribute__((target("avx,f16c"))) static void pg_f32_to_f16_row_f16c(uint16_t 
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (; i < n; i++) dst[i] = pg_f32_to_f16(src[i]);
 }
-
-static int pg_f16c_state = -1;   /* -1 unknown, 0 no, 1 yes; a benign race: every thread computes the same */
-
-PG_INLINE int pg_have_f16c(void)
-{
-    if (pg_f16c_state < 0)
-        pg_f16c_state = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    return pg_f16c_state;
-}
-#else
-#define PG_F16C_DISPATCH 0
-PG_INLINE int pg_have_f16c(void) { return 0; }
+/* AVX-512 has no wider float16 conversion that would pay on these rows */
+#define pg_f16_to_f32_row_avx512 pg_f16_to_f32_row_avx2
+#define pg_f32_to_f16_row_avx512 pg_f32_to_f16_row_avx2
 #endif
 
-/* bfloat16 rows: plain loops (shifts and integer adds) that GCC vectorises; where the CPU has AVX2 a copy
- * compiled for it runs twice as wide.  Integer arithmetic: the results are identical either way. */
-#define PG_BF16_ROW_LOOPS(SUFFIX)                                                                            \
-    static void pg_bf16_to_f32_row_##SUFFIX(float *dst, const uint16_t *src, ptrdiff_t n)                     \
-    { for (ptrdiff_t i = 0; i < n; i++) dst[i] = pg_bf16_to_f32(src[i]); }                                   \
-    static void pg_f32_to_bf16_row_##SUFFIX(uint16_t *dst, const float *src, ptrdiff_t n)                    \
-    { for (ptrdiff_t i = 0; i < n; i++) dst[i] = pg_f32_to_bf16(src[i]); }
-
-PG_BF16_ROW_LOOPS(base)
-#if PG_F16C_DISPATCH
-#pragma GCC push_options
-#pragma GCC target("avx2")
-PG_BF16_ROW_LOOPS(avx2)
-#pragma GCC pop_options
-
-static int pg_avx2_state = -1;
-
-PG_INLINE int pg_have_avx2(void)
-{
-    if (pg_avx2_state < 0) pg_avx2_state = __builtin_cpu_supports("avx2");
-    return pg_avx2_state;
-}
-#endif
-
-static inline void pg_bf16_to_f32_row(float *dst, const uint16_t *src, ptrdiff_t n)
-{
-#if PG_F16C_DISPATCH
-    if (pg_have_avx2()) { pg_bf16_to_f32_row_avx2(dst, src, n); return; }
-#endif
-    pg_bf16_to_f32_row_base(dst, src, n);
-}
-
-static inline void pg_f32_to_bf16_row(uint16_t *dst, const float *src, ptrdiff_t n)
-{
-#if PG_F16C_DISPATCH
-    if (pg_have_avx2()) { pg_f32_to_bf16_row_avx2(dst, src, n); return; }
-#endif
-    pg_f32_to_bf16_row_base(dst, src, n);
-}
-
-/* dst[i] = float(src[i]) for a contiguous row of float16 bits */
-static inline void pg_f16_to_f32_row(float *dst, const uint16_t *src, ptrdiff_t n)
-{
-#if PG_F16C_DISPATCH
-    if (pg_have_f16c()) { pg_f16_to_f32_row_f16c(dst, src, n); return; }
-#endif
-    for (ptrdiff_t i = 0; i < n; i++) dst[i] = pg_f16_to_f32(src[i]);
-}
-
-/* dst[i] = float16 bits of src[i], rounded to nearest even, for a contiguous row */
-static inline void pg_f32_to_f16_row(uint16_t *dst, const float *src, ptrdiff_t n)
-{
-#if PG_F16C_DISPATCH
-    if (pg_have_f16c()) { pg_f32_to_f16_row_f16c(dst, src, n); return; }
-#endif
-    for (ptrdiff_t i = 0; i < n; i++) dst[i] = pg_f32_to_f16(src[i]);
-}
+/* The row converters the kernels use, at the one ISA level: dst[i] = float(src[i]) for a row of float16 /
+ * bfloat16 bits, and dst[i] = the bits of src[i] rounded to nearest even. */
+#define PG_ROW_ENTRY(NAME, DST_T, SRC_T)                                                                     \
+    static inline void NAME(DST_T *dst, const SRC_T *src, ptrdiff_t n)                                       \
+    { int level = pg_isa(); PG_ISA_PICK(level, NAME, (dst, src, n)); }
+PG_ROW_ENTRY(pg_f16_to_f32_row, float, uint16_t)
+PG_ROW_ENTRY(pg_f32_to_f16_row, uint16_t, float)
+PG_ROW_ENTRY(pg_bf16_to_f32_row, float, uint16_t)
+PG_ROW_ENTRY(pg_f32_to_bf16_row, uint16_t, float)
 
 #endif

@@ -8,12 +8,7 @@
 #include "pg_dtype.h"
 #include "pg_isa.h"
 #include "pg_avg.h"
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#define PGTF_HAVE_STREAM 1
-#else
-#define PGTF_HAVE_STREAM 0
-#endif
+#include "pg_stream.h"
 
 /* Two types per dtype: the compare type (the window maxima: float for float32 and the 16-bit types, which
    widen to it exactly, double for float64; the ACC macro argument below) and the ring type, in which grad is
@@ -25,64 +20,41 @@ typedef double pgtf_ring_f64;
 typedef double pgtf_ring_f16;
 typedef double pgtf_ring_bf16;
 
-/* Copy/convert n accumulator values to storage, optionally with non-temporal stores (big outputs: no
-   write-allocate reads, no cache pollution).  Stores are plain C; the streaming variant handles an
-   unaligned head and tail element by element. */
-static inline void pgtf_put_f32(int isa, float *dst, const float *src, Py_ssize_t n, int stream)
-{
-    Py_ssize_t i = 0;
-#if PGTF_HAVE_STREAM
-    if (stream) {
-        for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = src[i];
-        for (; i + 8 <= n; i += 8) {
-            _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-            _mm_stream_ps(dst + i + 4, _mm_loadu_ps(src + i + 4));
-        }
-    }
-#endif
-    if (i < n) memcpy(dst + i, src + i, (size_t)(n - i) * sizeof(float));
+/* Store n ring values as grad_x values; stream: with streaming stores (pg_stream.h) where the row starts and
+   ends on a 16-byte boundary (elsewhere a line would get both kinds of store: tf_max_pool.py's measurements).
+   float32 / float64 rings hold the storage type already; the 16-bit ones are rounded once (pg_avg.h's row
+   converters) in chunks of up to 64 values on the stack, which are then streamed. */
+#define PGTF_PUT(DT, T)                                                                                \
+static inline void pgtf_put_##DT(T *dst, const T *src, Py_ssize_t n, int stream)                        \
+{                                                                                                      \
+    if (stream && pg_stream_whole(dst, (size_t)n * sizeof(T)))                                         \
+        pg_stream_copy(dst, src, (size_t)n * sizeof(T));                                               \
+    else                                                                                               \
+        memcpy(dst, src, (size_t)n * sizeof(T));                                                       \
 }
-
-static inline void pgtf_put_f64(int isa, double *dst, const double *src, Py_ssize_t n, int stream)
-{
-    Py_ssize_t i = 0;
-#if PGTF_HAVE_STREAM
-    if (stream) {
-        for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = src[i];
-        for (; i + 4 <= n; i += 4) {
-            _mm_stream_pd(dst + i, _mm_loadu_pd(src + i));
-            _mm_stream_pd(dst + i + 2, _mm_loadu_pd(src + i + 2));
-        }
-    }
-#endif
-    if (i < n) memcpy(dst + i, src + i, (size_t)(n - i) * sizeof(double));
+PGTF_PUT(f32, float)
+PGTF_PUT(f64, double)
+#define PGTF_PUT16(DT)                                                                                 \
+static inline void pgtf_put_##DT(uint16_t *dst, const double *src, Py_ssize_t n, int stream)           \
+{                                                                                                      \
+    if (stream && pg_stream_whole(dst, (size_t)n * sizeof(uint16_t))) {                                \
+        uint16_t tmp[64];                                                                              \
+        for (Py_ssize_t i = 0; i < n; i += 64) {                                                       \
+            Py_ssize_t k = n - i < 64 ? n - i : 64;                                                    \
+            pg_f64_to_##DT##_row(tmp, src + i, k);                                                     \
+            pg_stream_copy(dst + i, tmp, (size_t)k * sizeof(uint16_t));                                \
+        }                                                                                              \
+    } else {                                                                                           \
+        pg_f64_to_##DT##_row(dst, src, n);                                                             \
+    }                                                                                                  \
 }
-
-#if PGTF_HAVE_STREAM
-#define PGTF_STREAM16(d, t) _mm_stream_si128((__m128i *)(d), _mm_loadu_si128((const __m128i *)(t)))
-#else
-#define PGTF_STREAM16(d, t) memcpy((d), (t), 16)
-#endif
-
-static inline void pgtf_zero_bytes(void *dst, size_t nbytes, int stream)
-{
-    char *d = (char *)dst;
-    size_t i = 0;
-#if PGTF_HAVE_STREAM
-    if (stream && nbytes >= 64) {
-        __m128i z = _mm_setzero_si128();
-        size_t head = (16u - ((uintptr_t)d & 15u)) & 15u;
-        memset(d, 0, head);
-        for (i = head; i + 16 <= nbytes; i += 16) _mm_stream_si128((__m128i *)(d + i), z);
-    }
-#endif
-    if (i < nbytes) memset(d + i, 0, nbytes - i);
-}
+PGTF_PUT16(f16)
+PGTF_PUT16(bf16)
 
 /* Row kernels (see the module docstring).  Common arguments: x points at the image (channels-last) or plane;
    window row r (0-based) of the output row has ring offset ro[r] (of its column 0, channel 0), negative when the
    row is outside the band (such cells are compared but never receive grad); g/ring are NULL in the forward,
-   y is NULL in the backward.  pgtf_isa_supported() picks the variant: 0 baseline (SSE2/NEON), 1 AVX2,
+   y is NULL in the backward.  The one ISA level (pg_isa.h) picks the variant: 0 baseline (SSE2/NEON), 1 AVX2,
    2 AVX-512. */
 /* ---- channels-last row kernels ------------------------------------------------------------------------ */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -91,16 +63,11 @@ static inline void pgtf_zero_bytes(void *dst, size_t nbytes, int stream)
 #pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
 #endif
 /* GCC/Clang vector extensions (the scalar code serves other compilers; tests run every ISA level through
- * isa_level(), not through build switches) */
+ * poolgrad.config.set_isa_level, not through build switches) */
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 9)
 #define PGTF_VEC 1
 #else
 #define PGTF_VEC 0
-#endif
-#if PGTF_VEC && defined(__x86_64__) && !defined(__clang__) && __GNUC__ >= 9
-#define PGTF_X86_VARIANTS 1
-#else
-#define PGTF_X86_VARIANTS 0
 #endif
 
 #define PGTF_SCALAR_REST(DT, T, ACC, ARGT)                                                             \
@@ -126,6 +93,15 @@ PGTF_SCALAR_REST(f64, double, double, int64_t)
 PGTF_SCALAR_REST(f16, uint16_t, float, int32_t)
 PGTF_SCALAR_REST(bf16, uint16_t, float, int32_t)
 
+/* The argmax step, lane by lane, without branches: where the candidate V is greater than the running maximum B or
+   NaN, B takes V and the running offset AV takes O (VM: the integer vector type of the lanes). */
+#define PGTF_TAKE(VM, V, B, AV, O)                                                                     \
+    do {                                                                                               \
+        VM m_ = (VM)(((V) > (B)) | ((V) != (V)));                                                      \
+        (B) = (__typeof__(B))(((VM)(V) & m_) | ((VM)(B) & ~m_));                                       \
+        (AV) = ((O) & m_) | ((AV) & ~m_);                                                              \
+    } while (0)
+
 /* Blocks of K vectors of LANES channels at channels [c0, c0 + K * LANES): the running argmax of every window
    cell held in registers (branch-free selects; K independent dependency chains hide the compare latency),
    then the scatter of grad into the ring. */
@@ -145,9 +121,7 @@ PGTF_SCALAR_REST(bf16, uint16_t, float, int32_t)
                     VM o = (VM){0} + (ARGT)((int64_t)ro[r] + q * C);                                   \
                     for (k = 0; k < (K); k++) {                                                        \
                         VT v = VLOAD(xp + k * (LANES));                                                \
-                        VM m = (VM)((v > b[k]) | (v != v));                                            \
-                        b[k] = (VT)(((VM)v & m) | ((VM)b[k] & ~m));                                    \
-                        av[k] = (o & m) | (av[k] & ~m);                                                \
+                        PGTF_TAKE(VM, v, b[k], av[k], o);                                              \
                     }                                                                                  \
                 }                                                                                      \
             }                                                                                          \
@@ -266,10 +240,8 @@ static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t 
             for (q = (r == 0); q < kw; q++) {                                                          \
                 for (k = 0; k < 2; k++) {                                                              \
                     VT v = pgtf_gld_##DT##_##SFX(xr + q * x_w + k * (LANES) * step, step);             \
-                    VM m = (VM)((v > b[k]) | (v != v));                                                \
                     VM o = colc[k] + (ARGT)((int64_t)ro[r] + q * cs);                                  \
-                    b[k] = (VT)(((VM)v & m) | ((VM)b[k] & ~m));                                        \
-                    av[k] = (o & m) | (av[k] & ~m);                                                    \
+                    PGTF_TAKE(VM, v, b[k], av[k], o);                                                  \
                 }                                                                                      \
             }                                                                                          \
         }                                                                                              \
@@ -295,7 +267,7 @@ static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t 
             const T *xr = x + (h0 + r) * x_h;                                                          \
             for (q = 0; q < kw; q++) {                                                                 \
                 VT v;                                                                                  \
-                VM m, o = col * (ARGT)cs + (ARGT)((int64_t)ro[r] + q * cs);                            \
+                VM o = col * (ARGT)cs + (ARGT)((int64_t)ro[r] + q * cs);                               \
                 if (n == (LANES)) {                                                                    \
                     v = pgtf_gld_##DT##_##SFX(xr + ((ow * sw - pw) + q) * x_w, step);                  \
                 } else {                                                                               \
@@ -304,9 +276,7 @@ static Py_ssize_t pgtf_prow_##DT##_##SFX(const T *x, Py_ssize_t x_h, Py_ssize_t 
                     v = RCVT(raw);                                                                     \
                 }                                                                                      \
                 if (r == 0 && q == 0) { b = v; av = o; continue; }                                     \
-                m = (VM)((v > b) | (v != v));                                                          \
-                b = (VT)(((VM)v & m) | ((VM)b & ~m));                                                  \
-                av = (o & m) | (av & ~m);                                                              \
+                PGTF_TAKE(VM, v, b, av, o);                                                            \
             }                                                                                          \
         }                                                                                              \
         if (y) {                                                                                       \
@@ -372,30 +342,20 @@ PGTF_ROW(SFX, f16, uint16_t, float, int32_t, pgtf_vf_##SFX, pgtf_vi_##SFX, pgtf_
 PGTF_ROW(SFX, bf16, uint16_t, float, int32_t, pgtf_vf_##SFX, pgtf_vi_##SFX, pgtf_ld_bf16_##SFX, S)   \
 PGTF_ROW(SFX, f64, double, double, int64_t, pgtf_vd_##SFX, pgtf_vl_##SFX, pgtf_ld_f64_##SFX, (S) / 2)
 
+/* S float lanes per variant: 16, 32 and 64 bytes */
+#define PGTF_LANES_base 4
+#define PGTF_LANES_avx2 8
+#define PGTF_LANES_avx512 16
+#define PGTF_VARIANT(SFX) PGTF_ISA(SFX, PGTF_LANES_##SFX)
 #if PGTF_VEC
-PGTF_ISA(base, 4)
-#endif
-#if PGTF_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2")
-PGTF_ISA(avx2, 8)
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq")
-PGTF_ISA(avx512, 16)
-#pragma GCC pop_options
-#endif
-
-/* 0: baseline (SSE2 / NEON / scalar), 1: AVX2, 2: AVX-512 (F, VL, BW, DQ). */
-static int pgtf_isa_supported(void)
-{
-#if PGTF_X86_VARIANTS
-    return pg_cpu_isa();
+#define PG_ISA_GEN PGTF_VARIANT
+#include "pg_isa_variants.h"
+#define PGTF_IF_VEC(...) __VA_ARGS__
 #else
-    return 0;
+#define PGTF_IF_VEC(...)
 #endif
-}
 
+/* Entry points: the vector variant of ISA level isa (compilers without vector extensions: the scalar loop). */
 #define PGTF_DISPATCH(DT, T, ACC)                                                                      \
 static inline void pgtf_channel_row_##DT(int isa, const T *x, Py_ssize_t x_h, Py_ssize_t x_w,           \
                                          Py_ssize_t h0, Py_ssize_t nh, const int32_t *ro, Py_ssize_t C,\
@@ -406,63 +366,19 @@ static inline void pgtf_channel_row_##DT(int isa, const T *x, Py_ssize_t x_h, Py
                                          Py_ssize_t y_c, Py_ssize_t ow_a, Py_ssize_t ow_b,             \
                                          Py_ssize_t sw, Py_ssize_t kw, Py_ssize_t pw)                  \
 {                                                                                                      \
-    PGTF_DISPATCH_X86(DT)                                                                              \
-    PGTF_DISPATCH_BASE(DT)                                                                             \
+    PGTF_IF_VEC(PG_ISA_PICK(isa, pgtf_row_##DT, (x, x_h, x_w, h0, nh, ro, C, wlo, whi, Wo, g, g_w, g_c,  \
+                                                 ring, p0, np_, y, y_w, y_c, ow_a, ow_b, sw, kw, pw)); \
+                return;)                                                                               \
+    (void)isa;                                                                                         \
     for (Py_ssize_t ow = 0; ow < Wo; ow++)                                                             \
         pgtf_rest_##DT(x + h0 * x_h + wlo[ow] * x_w, x_h, x_w, nh, whi[ow] - wlo[ow], ro, C, C,        \
                        g ? g + ow * g_w : g, g_c, ring ? ring + wlo[ow] * C : ring,                    \
                        y ? y + ow * y_w : y, y_c);                                                     \
 }
-#if PGTF_X86_VARIANTS
-#define PGTF_DISPATCH_X86(DT)                                                                          \
-    if (isa >= 2) {                                                                                    \
-        pgtf_row_##DT##_avx512(x, x_h, x_w, h0, nh, ro, C, wlo, whi, Wo, g, g_w, g_c, ring, p0, np_, y, y_w,  \
-                             y_c, ow_a, ow_b, sw, kw, pw);                                             \
-        return;                                                                                    \
-    }                                                                                                  \
-    if (isa == 1) {                                                                                    \
-        pgtf_row_##DT##_avx2(x, x_h, x_w, h0, nh, ro, C, wlo, whi, Wo, g, g_w, g_c, ring, p0, np_, y, y_w,  \
-                             y_c, ow_a, ow_b, sw, kw, pw);                                             \
-        return;                                                                                    \
-    }
-#else
-#define PGTF_DISPATCH_X86(DT)
-#endif
-#if PGTF_VEC
-#define PGTF_DISPATCH_BASE(DT)                                                                         \
-    if (isa >= 0) {                                                                                    \
-        pgtf_row_##DT##_base(x, x_h, x_w, h0, nh, ro, C, wlo, whi, Wo, g, g_w, g_c, ring, p0, np_, y, y_w,  \
-                             y_c, ow_a, ow_b, sw, kw, pw);                                             \
-        return;                                                                                    \
-    }
-#else
-#define PGTF_DISPATCH_BASE(DT)
-#endif
 PGTF_DISPATCH(f32, float, float)
 PGTF_DISPATCH(f64, double, double)
 PGTF_DISPATCH(f16, uint16_t, float)
 PGTF_DISPATCH(bf16, uint16_t, float)
-
-/* Store n float64 ring values as 16-bit values, each rounded once (pg_avg.h's row converters, vector variants
-   picked by pg_avg_simd, which the module ties to its isa_level), optionally with non-temporal stores (chunks
-   of 64 converted into a buffer, then streamed). */
-#define PGTF_PUT16(DT)                                                                                 \
-static inline void pgtf_put_##DT(int isa, uint16_t *dst, const double *src, Py_ssize_t n, int stream)  \
-{                                                                                                      \
-    Py_ssize_t i = 0;                                                                                  \
-    (void)isa;                                                                                         \
-    if (PGTF_HAVE_STREAM && stream) {                                                                  \
-        uint16_t tmp[64];                                                                              \
-        for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = pg_avg_store_##DT(src[i]);         \
-        for (; i + 64 <= n; i += 64) {                                                                 \
-            pg_f64_to_##DT##_row(tmp, src + i, 64);                                                    \
-            for (int j = 0; j < 64; j += 8) PGTF_STREAM16(dst + i + j, tmp + j);                       \
-        }                                                                                              \
-    }                                                                                                  \
-    if (i < n) pg_f64_to_##DT##_row(dst + i, src + i, n - i);                                          \
-}
-PGTF_PUT16(f16)
-PGTF_PUT16(bf16)
 
 #define PGTF_PDISPATCH(DT, T, ACC)                                                                     \
 static inline Py_ssize_t pgtf_plane_row_##DT(int isa, const T *x, Py_ssize_t x_h, Py_ssize_t x_w,      \
@@ -471,26 +387,11 @@ static inline Py_ssize_t pgtf_plane_row_##DT(int isa, const T *x, Py_ssize_t x_h
                                              Py_ssize_t kw, Py_ssize_t pw, const T *g, Py_ssize_t g_w, \
                                              pgtf_ring_##DT *ring, T *y, Py_ssize_t y_w)               \
 {                                                                                                      \
-    PGTF_PDISPATCH_X86(DT)                                                                             \
-    PGTF_PDISPATCH_BASE(DT)                                                                            \
+    PGTF_IF_VEC(return PG_ISA_PICK(isa, pgtf_prow_##DT, (x, x_h, x_w, h0, nh, ro, ow, ow1, sw, kw, pw, 1, \
+                                                         g, g_w, ring, y, y_w));)                      \
+    (void)isa;                                                                                         \
     return ow;                                                                                         \
 }
-#if PGTF_X86_VARIANTS
-#define PGTF_PDISPATCH_X86(DT)                                                                         \
-    if (isa >= 2)                                                                                       \
-        return pgtf_prow_##DT##_avx512(x, x_h, x_w, h0, nh, ro, ow, ow1, sw, kw, pw, 1, g, g_w, ring, y, y_w); \
-    if (isa == 1)                                                                                       \
-        return pgtf_prow_##DT##_avx2(x, x_h, x_w, h0, nh, ro, ow, ow1, sw, kw, pw, 1, g, g_w, ring, y, y_w);
-#else
-#define PGTF_PDISPATCH_X86(DT)
-#endif
-#if PGTF_VEC
-#define PGTF_PDISPATCH_BASE(DT)                                                                        \
-    if (isa >= 0)                                                                                       \
-        return pgtf_prow_##DT##_base(x, x_h, x_w, h0, nh, ro, ow, ow1, sw, kw, pw, 1, g, g_w, ring, y, y_w);
-#else
-#define PGTF_PDISPATCH_BASE(DT)
-#endif
 PGTF_PDISPATCH(f32, float, float)
 PGTF_PDISPATCH(f64, double, double)
 PGTF_PDISPATCH(f16, uint16_t, float)
@@ -498,12 +399,5 @@ PGTF_PDISPATCH(bf16, uint16_t, float)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-
-static inline void pgtf_fence(int stream)
-{
-#if PGTF_HAVE_STREAM
-    if (stream) _mm_sfence();
-#endif
-}
 
 #endif

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import poolgrad as pg
-from poolgrad import _avg_pool
+from poolgrad import config
 from poolgrad.dtypes import bfloat16
 from poolgrad.slow import avg_pool as slow_avg
 from poolgrad.slow import tf_max_pool as slow_tf
@@ -124,10 +124,9 @@ KIND = st.sampled_from(["normal", "cancel", "ties", "wide", "huge", "tiny"])
 
 @pytest.fixture(autouse=True)
 def _vector_level():
-    """Each test may switch the average kernels' row loops (baseline / AVX2 / AVX-512); restore afterwards."""
-    before = _avg_pool.simd()
-    yield
-    _avg_pool.set_simd_level(("baseline", "avx2", "avx512").index(before))
+    """Each test may switch the instruction-set level (baseline / AVX2 / AVX-512 row loops); restore afterwards."""
+    with config.set_isa_level(config.isa_level()):
+        yield
 
 
 # ------------------------------------------------------------------------------------------- average pooling
@@ -145,7 +144,7 @@ def avg_case(draw):
     div = draw(st.sampled_from([None, None, None, 0, 1, -3, 7, 9, 64, 255, -4095, 1 << 20]))
     return dict(shape=(1, draw(st.integers(1, 3)), H, W), k=(kh, kw), s=(sh, sw), p=(ph, pw), ceil=ceil, cip=cip,
                 div=div, dtype=draw(DTYPE), kind=draw(KIND), seed=draw(st.integers(0, 2 ** 32 - 1)),
-                layout=draw(st.sampled_from(["NCHW", "NHWC"])), level=draw(st.integers(0, 2)))
+                layout=draw(st.sampled_from(["NCHW", "NHWC"])), level=draw(st.sampled_from(config.supported_isa_levels())))
 
 
 def _avg_windows(c: dict, H: int, W: int):
@@ -199,7 +198,7 @@ def test_avg_pool2d_backward_correctly_rounded(c):
     wins = list(_avg_windows(c, H, W))
     Ho, Wo = wins[-1][0] + 1, wins[-1][1] + 1
     go = values(np.random.default_rng(c["seed"]), (N, C, Ho, Wo), dtype, c["kind"])
-    _avg_pool.set_simd_level(c["level"])
+    config.set_isa_level(c["level"])
     x = _layout(np.zeros(c["shape"], dtype), c["layout"])
     got = _nchw(pg.avg_pool2d_backward(_layout(go, c["layout"]), x, c["k"], c["s"], c["p"], c["ceil"], c["cip"],
                                        c["div"], layout=c["layout"]), c["layout"])
@@ -213,7 +212,7 @@ def test_avg_pool2d_forward_correctly_rounded(c):
     N, C, H, W = c["shape"]
     dtype = c["dtype"]
     x = values(np.random.default_rng(c["seed"]), c["shape"], dtype, c["kind"])
-    _avg_pool.set_simd_level(c["level"])
+    config.set_isa_level(c["level"])
     got = _nchw(pg.avg_pool2d(_layout(x, c["layout"]), c["k"], c["s"], c["p"], c["ceil"], c["cip"], c["div"],
                               layout=c["layout"]), c["layout"])
     X = to_ints(x)

@@ -7,7 +7,7 @@ import pytest
 
 import pgtest
 from pgtest import DTYPE_IDS, DTYPES, LAYOUTS, THREADS, as64, from_layout, to_layout, torch
-from poolgrad import _avg_pool
+from poolgrad import config
 from poolgrad import avg_pool as avg_mod
 from poolgrad.avg_pool import avg_pool2d, avg_pool2d_backward
 from poolgrad.dtypes import bfloat16
@@ -214,20 +214,16 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
     monkeypatch.setattr(avg_mod, "DV_REPEAT_MAX", 0)
     got = avg_pool2d_backward(to_layout(go4, "NHWC"), to_layout(x4, "NHWC"), k, s, p, ceil, layout="NHWC")
     assert _bits(from_layout(got, "NHWC")) == _bits(from_layout(base, layout))
-    # one-row bands (every row its own work item), streaming stores; and the baseline (SSE2) row loops instead
-    # of the AVX2 ones where the CPU has AVX2
+    # one-row bands (every row its own work item), streaming stores; and the row loops of every instruction-set
+    # level this CPU runs (the baseline SSE2 loops, AVX2, AVX-512)
     monkeypatch.setattr(avg_mod, "AVG_ITEMS_PER_THREAD", 10 ** 6)
     monkeypatch.setattr(avg_mod, "_whole_line_rows", lambda gx4, n: True)   # stream any rows when asked to
-    previous = _avg_pool.simd()
-    try:
-        for stream_min in (0, 2 ** 62):
-            monkeypatch.setattr(avg_mod, "STREAM_MIN_BYTES", stream_min)
-            for avx2 in (False, True):
-                _avg_pool.set_simd(avx2)
+    for stream_min in (0, 2 ** 62):
+        monkeypatch.setattr(avg_mod, "STREAM_MIN_BYTES", stream_min)
+        for level in config.supported_isa_levels():
+            with config.set_isa_level(level):
                 got = avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=3)
-                assert got.tobytes() == base.tobytes(), (stream_min, _avg_pool.simd())
-    finally:
-        _avg_pool.set_simd(previous != "baseline")
+            assert got.tobytes() == base.tobytes(), (stream_min, level)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -1,4 +1,4 @@
-"""Determinism switch, thread-count resolution and build configuration."""
+"""Determinism switch, thread-count resolution, the instruction-set level and build configuration."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,12 @@ import sys
 import numpy as np
 import pytest
 
+import pgtest
 import poolgrad as pg
-from poolgrad import config
+from poolgrad import _avg_pool, _config, _dtypes, _max_pool_indices, _tf_max_pool, config
+
+# every compiled module whose kernels read the ISA level (each binds to poolgrad._config's cell at import)
+LEVEL_READERS = (_avg_pool, _dtypes, _max_pool_indices, _tf_max_pool)
 
 
 def test_determinism_switch_and_context_manager():
@@ -72,9 +76,11 @@ def test_show_config(capsys):
     assert "openmp" in text and "omp_max_threads" in text
     cfg = pg.get_config()
     assert isinstance(cfg["openmp"], bool) and cfg["omp_max_threads"] >= 1
-    assert cfg["tf_max_pool_isa"] in ("baseline", "avx2", "avx512") and "tf_max_pool_isa" in text
-    assert isinstance(cfg["avg_pool_simd"], str) and isinstance(cfg["f16c_rows"], bool)
-    assert cfg["argmax_isa"] in ("baseline", "avx2", "avx512") and "argmax_isa" in text
+    # one level for every kernel family, the one they run
+    assert cfg["isa_level"] == config.isa_level() and "isa_level" in text
+    assert not any(key.endswith(("_isa", "_simd", "_rows")) for key in cfg)
+    with config.set_isa_level("portable"):
+        assert pg.get_config()["isa_level"] == "portable"
     assert cfg["buffer_cache_limit"] == pg.buffer_cache_info()["limit"]
 
 
@@ -83,3 +89,143 @@ def test_errors_hierarchy():
     assert issubclass(pg.ParamInvalidError, pg.PoolGradError) and issubclass(pg.ParamInvalidError, ValueError)
     assert pg.ParamNullptrError("x").code == 161001 == pg.ACLNN_ERR_PARAM_NULLPTR
     assert pg.ParamInvalidError("x").code == 161002 == pg.ACLNN_ERR_PARAM_INVALID
+
+
+# ---- the instruction-set level --------------------------------------------------------------------------------
+
+def test_isa_level_defaults_to_the_cpu_and_every_kernel_module_reads_it():
+    assert config.ISA_LEVELS == ("portable", "avx2", "avx512")
+    assert config.isa_level() == config.cpu_isa_level()      # POOLGRAD_ISA is not set in the test run
+    assert config.supported_isa_levels() == config.ISA_LEVELS[:config.ISA_LEVELS.index(config.cpu_isa_level()) + 1]
+    for code, level in enumerate(config.supported_isa_levels()):
+        with config.set_isa_level(level):
+            assert config.isa_level() == level
+            assert [m.isa_level() for m in LEVEL_READERS] == [code] * len(LEVEL_READERS)
+    top = config.ISA_LEVELS.index(config.cpu_isa_level())
+    assert [m.isa_level() for m in LEVEL_READERS] == [top] * len(LEVEL_READERS)
+
+
+def test_set_isa_level_sets_and_restores():
+    before = config.isa_level()
+    config.set_isa_level("portable")                 # a plain call sets the level for good
+    try:
+        assert config.isa_level() == "portable"
+        with config.set_isa_level(before):
+            assert config.isa_level() == before
+            with pytest.raises(RuntimeError):        # the context manager restores on error
+                with config.set_isa_level("portable"):
+                    raise RuntimeError
+            assert config.isa_level() == before
+        assert config.isa_level() == "portable"
+    finally:
+        config.set_isa_level(before)
+    assert config.isa_level() == before
+
+
+@pytest.mark.parametrize("bad", ["AVX2", "baseline", "sse2", "", None, 1, b"avx2"])
+def test_set_isa_level_refuses_unknown_names(bad):
+    before = config.isa_level()
+    with pytest.raises(pg.ParamInvalidError, match=r"level: expected one of 'portable', 'avx2', 'avx512', got"):
+        config.set_isa_level(bad)
+    assert config.isa_level() == before
+
+
+def test_set_isa_level_refuses_a_level_above_the_cpu(monkeypatch):
+    """A level the CPU does not run would fault on its first wide instruction: refused, naming what is missing.
+    (The CPU here runs every level, so a CPU without AVX-512 / AVX2 is simulated.)"""
+    before = config.isa_level()
+    monkeypatch.setattr(_config, "cpu_isa_level", lambda: 1)
+    assert config.cpu_isa_level() == "avx2" and config.supported_isa_levels() == ("portable", "avx2")
+    with pytest.raises(pg.ParamInvalidError, match=r"level: 'avx512' needs AVX-512 F, VL, BW and DQ .*this CPU "
+                                                   r"does not have \(the highest level it runs is 'avx2'\)"):
+        config.set_isa_level("avx512")
+    monkeypatch.setattr(_config, "cpu_isa_level", lambda: 0)
+    with pytest.raises(pg.ParamInvalidError, match=r"'avx2' needs AVX2, FMA and F16C"):
+        config.set_isa_level("avx2")
+    with config.set_isa_level("portable"):
+        assert config.isa_level() == "portable"
+    assert config.isa_level() == before
+
+
+def _import_with_isa_env(value: str) -> subprocess.CompletedProcess:
+    code = ("import poolgrad, poolgrad.config as c; from poolgrad import _avg_pool, _dtypes, _max_pool_indices, "
+            "_tf_max_pool as t; print(c.isa_level(), poolgrad.get_config()['isa_level'], "
+            "[m.isa_level() for m in (_avg_pool, _dtypes, _max_pool_indices, t)])")
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, POOLGRAD_ISA=value),
+                          capture_output=True, text=True)
+
+
+def test_poolgrad_isa_env_is_read_once_at_import():
+    for code, level in enumerate(config.supported_isa_levels()):
+        res = _import_with_isa_env(level)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip().split(None, 2) == [level, level, str([code] * 4)]
+    res = _import_with_isa_env("")                       # empty: the CPU's level
+    assert res.returncode == 0 and res.stdout.split()[0] == config.cpu_isa_level()
+    res = _import_with_isa_env("avx")                    # a bad value fails the import, naming the variable
+    assert res.returncode != 0
+    assert "POOLGRAD_ISA: expected one of 'portable', 'avx2', 'avx512', got 'avx'" in res.stderr
+
+
+def _every_family(rng: np.random.Generator) -> list[bytes]:
+    """One call of every kernel family that has ISA variants, each on the path that runs them, as bytes."""
+    out = []
+    for dtype in (np.float32, np.float64, np.float16, pgtest.bfloat16):
+        # argmax rows (stride 1 and the stride-2 split), channels-last lanes over C, the channels-last gather
+        nchw = rng.standard_normal((2, 3, 23, 37)).astype(dtype)
+        nhwc = rng.standard_normal((2, 9, 11, 40)).astype(dtype)
+        for x, lay, k, s, p in ((nchw, "NCHW", 3, 1, 1), (nchw, "NCHW", 3, 2, 1), (nhwc, "NHWC", 3, 2, 1),
+                                (nhwc, "NHWC", 2, 2, 0)):
+            y, ind = pg.max_pool2d_with_indices(x, k, s, p, layout=lay, num_threads=2)
+            g = rng.standard_normal(y.shape).astype(dtype)
+            gx = pg.max_pool2d_with_indices_backward(g, x, ind, k, s, p, layout=lay, num_threads=2)
+            out += [y.tobytes(), ind.tobytes(), gx.tobytes()]
+        # average pooling row loops (16-bit rounding stores too), with and without a divisor override
+        for div in (None, 3):
+            y = pg.avg_pool2d(nchw, 3, 2, 1, divisor_override=div, num_threads=2)
+            g = rng.standard_normal(y.shape).astype(dtype)
+            out += [y.tobytes(), pg.avg_pool2d_backward(g, nchw, 3, 2, 1, divisor_override=div,
+                                                        num_threads=2).tobytes()]
+        # TensorFlow's max pooling: channels-last blocks and plane rows, forward and fused backward
+        for x, fmt, k4, s4 in ((nhwc, "NHWC", [1, 3, 3, 1], [1, 2, 2, 1]), (nchw, "NCHW", [1, 1, 3, 3], [1, 1, 1, 2])):
+            y = pg.max_pool(x, k4, s4, "SAME", fmt, num_threads=2)
+            g = rng.standard_normal(y.shape).astype(dtype)
+            out += [y.tobytes(), pg.max_pool_grad(x, y, g, k4, s4, "SAME", fmt, num_threads=2).tobytes()]
+    # the row converters of the 16-bit types (finite values: test_dtypes.py covers NaNs, whose payloads the
+    # conversion instructions may treat differently)
+    values = (rng.standard_normal(999) * 1000).astype(np.float32)
+    wide = np.empty(values.size, np.float32)
+    narrow = np.empty(values.size, np.uint16)
+    for dtype, widen, narrow_fn in ((np.float16, _dtypes.f16_to_f32_row, _dtypes.f32_to_f16_row),
+                                    (pgtest.bfloat16, _dtypes.bf16_to_f32_row, _dtypes.f32_to_bf16_row)):
+        widen(values.astype(dtype).view(np.uint16), wide)
+        narrow_fn(values, narrow)
+        out += [wide.tobytes(), narrow.tobytes()]
+    return out
+
+
+def test_every_kernel_family_gives_the_same_bits_at_every_level():
+    """The one override runs every family's variants on this machine; all give the portable loops' bits."""
+    want = None
+    for level in config.supported_isa_levels():
+        with config.set_isa_level(level):
+            got = _every_family(np.random.default_rng(5))
+        want = got if want is None else want
+        assert len(got) == len(want) and all(a == b for a, b in zip(got, want)), level
+
+
+def test_self_check_runs_every_level(monkeypatch):
+    """``python -m poolgrad``'s self-check runs each check at every level the CPU has and names a failing one."""
+    from poolgrad import selfcheck
+    seen = []
+
+    def check(rng, dtype, layout):
+        seen.append(config.isa_level())
+        return config.isa_level() != "portable"
+
+    monkeypatch.setattr(selfcheck, "CHECKS", [("probe", check)])
+    lines = []
+    assert selfcheck.self_check(lines.append) is False
+    assert seen == list(config.supported_isa_levels()) * 8          # 4 dtypes x 2 layouts
+    assert lines[0].startswith("FAIL probe float32 NCHW") and lines[0].endswith("(at portable)")
+    assert config.isa_level() == config.cpu_isa_level()

@@ -108,16 +108,16 @@ def test_dtype_codes_and_views():
 
 
 def test_row_converters_match_the_scalar_routines_on_every_pattern():
-    """The row converters the kernels use (F16C / AVX2 code when the CPU has it, else the portable loops)
-    give exactly the scalar results, NaNs aside (both quiet, same sign)."""
-    from poolgrad import _dtypes
+    """The row converters the kernels use (F16C / AVX2 / AVX-512 code at the levels the CPU runs, the portable
+    loops at "portable") give exactly the scalar results, NaNs aside (both quiet, same sign)."""
+    from poolgrad import _dtypes, config
     x = _narrowing_inputs()
     cases = [(_dtypes.f16_to_f32_row, _dtypes.f32_to_f16_row, dtypes.f16_to_f32, dtypes.f32_to_f16, np.float16),
              (_dtypes.bf16_to_f32_row, _dtypes.f32_to_bf16_row, dtypes.bf16_to_f32, dtypes.f32_to_bf16,
               ml_dtypes.bfloat16)]
-    for portable in (False, True):
-        _dtypes.force_portable_rows(portable)
-        try:
+    for level in config.supported_isa_levels():
+        with config.set_isa_level(level):
+            assert _dtypes.isa_level() == config.ISA_LEVELS.index(level)
             for widen_row, narrow_row, widen, narrow, dt in cases:
                 wide = np.empty(ALL16.size, np.float32)
                 widen_row(ALL16, wide)
@@ -126,5 +126,3 @@ def test_row_converters_match_the_scalar_routines_on_every_pattern():
                 bits = np.empty(x.size, np.uint16)
                 narrow_row(x, bits)
                 _same_bits_or_both_nan(bits, narrow(x), lambda b: b.view(dt).astype(np.float32))
-        finally:
-            _dtypes.force_portable_rows(False)

@@ -9,7 +9,7 @@ import pytest
 import pgtest
 import poolgrad as pg
 from pgtest import DTYPES, DTYPE_IDS, needs_tf, tf
-from poolgrad import _tf_max_pool, tf_max_pool
+from poolgrad import config, tf_max_pool
 from poolgrad.slow import tf_max_pool as slow
 from poolgrad.tf_max_pool import max_pool, max_pool_grad
 
@@ -115,25 +115,21 @@ def test_bitwise_deterministic_across_threads(dtype, data_format):
     rng = np.random.default_rng(2)
     cases = [((1, 20, 61, 23), (3, 3), (2, 2), "SAME"), ((1, 3, 57, 40), (5, 4), (1, 3), "SAME"),
              ((2, 9, 45, 12), (4, 2), (3, 2), "VALID")]
-    isa0 = _tf_max_pool.isa_level()
-    try:
-        for cfg in cases:
-            (N, C, H, W), k, st, pad = cfg
-            out_hw = (slow.out_size(H, k[0], st[0], pad)[0], slow.out_size(W, k[1], st[1], pad)[0])
-            x4 = _data(rng, cfg[0], dtype, "ties")
-            g4 = _data(rng, (N, C) + out_hw, dtype)
-            x2 = max_pool(_lay(x4, data_format), _p4(k, data_format), _p4(st, data_format), pad, data_format)
-            want = _grad(x4, g4, cfg, data_format, x2, num_threads=1, deterministic=True)
-            for threads in pgtest.THREADS:
-                for det in (True, False):
-                    got = _grad(x4, g4, cfg, data_format, x2, num_threads=threads, deterministic=det)
-                    assert got.tobytes() == want.tobytes(), (cfg, threads, det)
-            for level in (0, 1, 2):
-                _tf_max_pool.isa_level(level)
+    for cfg in cases:
+        (N, C, H, W), k, st, pad = cfg
+        out_hw = (slow.out_size(H, k[0], st[0], pad)[0], slow.out_size(W, k[1], st[1], pad)[0])
+        x4 = _data(rng, cfg[0], dtype, "ties")
+        g4 = _data(rng, (N, C) + out_hw, dtype)
+        x2 = max_pool(_lay(x4, data_format), _p4(k, data_format), _p4(st, data_format), pad, data_format)
+        want = _grad(x4, g4, cfg, data_format, x2, num_threads=1, deterministic=True)
+        for threads in pgtest.THREADS:
+            for det in (True, False):
+                got = _grad(x4, g4, cfg, data_format, x2, num_threads=threads, deterministic=det)
+                assert got.tobytes() == want.tobytes(), (cfg, threads, det)
+        for level in config.supported_isa_levels():
+            with config.set_isa_level(level):
                 got = _grad(x4, g4, cfg, data_format, x2, num_threads=2)
-                assert got.tobytes() == want.tobytes(), (cfg, "isa", level)
-    finally:
-        _tf_max_pool.isa_level(isa0)
+            assert got.tobytes() == want.tobytes(), (cfg, "isa", level)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=["f32", "f64", "f16"])
@@ -145,21 +141,17 @@ def test_wide_rows_every_isa(dtype):
     cases = [((1, 2, 5, 150), (3, 3), (1, 1), "SAME"), ((1, 2, 6, 151), (3, 3), (2, 2), "SAME"),
              ((1, 2, 5, 149), (2, 4), (1, 3), "VALID"), ((1, 1, 4, 97), (3, 2), (2, 2), "VALID"),
              ((1, 77, 5, 6), (3, 3), (2, 1), "SAME")]
-    isa0 = _tf_max_pool.isa_level()
-    try:
-        for cfg in cases:
-            for kind in ("ties", "nan"):
-                x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
-                for level in (0, 1, 2):
-                    _tf_max_pool.isa_level(level)
+    for cfg in cases:
+        for kind in ("ties", "nan"):
+            x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
+            for level in config.supported_isa_levels():
+                with config.set_isa_level(level):
                     for data_format in ("NCHW", "NHWC"):
                         _assert_close_to_ref(_grad(x4, g4, cfg, data_format, num_threads=2), gx_ref, dtype)
                         y = max_pool(_lay(x4, data_format), _p4(cfg[1], data_format), _p4(cfg[2], data_format),
                                      cfg[3], data_format, num_threads=2)
                         np.testing.assert_array_equal(pgtest.as64(_back(y, data_format)),
                                                       y_ref.astype(dtype).astype(np.float64))
-    finally:
-        _tf_max_pool.isa_level(isa0)
 
 
 def test_planning_limits(monkeypatch):
@@ -171,12 +163,54 @@ def test_planning_limits(monkeypatch):
     for data_format in ("NHWC", "NCHW"):
         want = _grad(x4, g4, cfg, data_format, num_threads=3)
         _assert_close_to_ref(want, gx_ref, np.float32)
-        for name, value in (("STREAM_BYTES", 0), ("RING_BUDGET", 1), ("RING_INT32", 1), ("TF_ITEMS_PER_THREAD", 50),
-                            ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False)):
+        for name, value in (("_stream_rows", lambda target, row_elems: True), ("RING_BUDGET", 1), ("RING_INT32", 1),
+                            ("TF_ITEMS_PER_THREAD", 50), ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False)):
             with monkeypatch.context() as m:
                 m.setattr(tf_max_pool, name, value)
                 got = _grad(x4, g4, cfg, data_format, num_threads=3)
             assert got.tobytes() == want.tobytes(), (data_format, name)
+
+
+def test_streaming_stores_only_for_whole_16_byte_rows():
+    """Streaming stores only for big outputs written in rows that start and end on 16-byte boundaries (the
+    measurements are in tf_max_pool.py): the rule looks at the row the kernel stores (W of a plane, W * C
+    channels-last), its length and the strides between rows, and the total size."""
+    def rows(shape, layout, dtype=np.float32):
+        x = np.empty(shape, dtype)
+        x4 = np.moveaxis(x, 3, 1) if layout == "NHWC" else x       # the kernel's logical NCHW view
+        return tf_max_pool._stream_rows(x4, x4.shape[3] * (x4.shape[1] if layout == "NHWC" else 1))
+
+    assert not rows((24, 512, 14, 14), "NCHW")             # 56 B rows: issue 8's cliff
+    assert not rows((24, 512, 14, 14), "NCHW", pgtest.bfloat16)     # 28 B
+    assert rows((32, 64, 112, 112), "NCHW")                # 448 B rows
+    assert not rows((32, 64, 113, 113), "NCHW")            # 452 B rows
+    assert rows((1, 4, 1024, 1024), "NCHW")                # 4 KiB rows, 16 MiB
+    assert not rows((1, 1, 1024, 1024), "NCHW")            # 4 MiB: stays in cache
+    assert rows((32, 112, 112, 64), "NHWC")                # 28 KiB channels-last rows
+    assert rows((32, 112, 112, 64), "NHWC", pgtest.bfloat16)
+    assert not rows((64, 112, 113, 9), "NHWC")             # 4068 B rows
+    # 16-byte rows at a row stride that is not a multiple of 16 bytes (a view into a wider array)
+    wide = np.empty((1, 4, 1024, 1024 + 1), np.float32)[..., :1024]
+    assert not tf_max_pool._stream_rows(wide, 1024)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_streamed_rows_same_bits_at_every_level(dtype, monkeypatch):
+    """Forced streaming stores (pg_stream.h: SSE2 and AVX2 copies, 16-bit rows rounded in chunks and streamed)
+    write the bits the ordinary stores write, for rows with unaligned heads and tails, at every ISA level."""
+    rng = np.random.default_rng(13)
+    # rows of 200 values: 16-byte multiples for every dtype (others are stored without streaming); 9 channels:
+    # the fused kernel in NHWC too
+    cfg = ((2, 9, 17, 200), (3, 3), (2, 2), "SAME")
+    x4, g4, _, _ = _ref_case(rng, cfg, dtype, "ties")
+    for data_format in ("NCHW", "NHWC"):
+        want = _grad(x4, g4, cfg, data_format, num_threads=2)
+        with monkeypatch.context() as m:
+            m.setattr(tf_max_pool, "_stream_rows", lambda target, row_elems: True)
+            for level in config.supported_isa_levels():
+                with config.set_isa_level(level):
+                    got = _grad(x4, g4, cfg, data_format, num_threads=2)
+                assert got.tobytes() == want.tobytes(), (data_format, level)
 
 
 def test_nchw_equals_transposed_nhwc():
@@ -228,23 +262,19 @@ def test_nan_bits_do_not_depend_on_the_path():
     x4 = rng.standard_normal((1, 20, 9, 40)).astype(np.float32)
     payload = np.array([0x7FC01234, 0xFFA00001], np.uint32).view(np.float32)      # quiet and signalling NaNs
     x4.reshape(-1)[rng.choice(x4.size, 60, replace=False)] = np.resize(payload, 60)
-    isa0 = _tf_max_pool.isa_level()
-    try:
-        for dtype in (np.float32, np.float16):
-            xd = x4.astype(dtype) if dtype != np.float32 else x4
-            want = None
-            for level in (0, 1, 2):
-                _tf_max_pool.isa_level(level)
+    for dtype in (np.float32, np.float16):
+        xd = x4.astype(dtype) if dtype != np.float32 else x4
+        want = None
+        for level in config.supported_isa_levels():
+            with config.set_isa_level(level):
                 for data_format in ("NCHW", "NHWC"):
                     for _, xv in pgtest.strided_variants(_lay(xd, data_format)):
                         y = _back(max_pool(xv, _p4((3, 3), data_format), _p4((2, 2), data_format), "SAME",
                                            data_format), data_format)
                         want = y if want is None else want
                         assert y.tobytes() == want.tobytes(), (dtype, level, data_format)
-            if dtype == np.float32:
-                assert set(want.view(np.uint32)[np.isnan(want)].tolist()) == {0x7FC01234, 0xFFA00001}
-    finally:
-        _tf_max_pool.isa_level(isa0)
+        if dtype == np.float32:
+            assert set(want.view(np.uint32)[np.isnan(want)].tolist()) == {0x7FC01234, 0xFFA00001}
 
 
 @needs_tf
