@@ -18,6 +18,7 @@ from libc.string cimport memset
 
 import numpy as np
 
+from poolgrad._launch import Runner
 from poolgrad.errors import ParamInvalidError, ParamNullptrError, PoolGradError
 
 cnp.import_array()
@@ -136,7 +137,7 @@ cdef class Plan:
         if len(names) != len(arrays):
             raise ValueError("names and arrays differ in length")
         self.operator = operator
-        self._run = run
+        self._run = Runner(run)      # the plan's launch record once its first run has made one
         self.names = names
         self._n = len(names)
         specs = [_Spec(names[i], arrays[i], False) for i in range(self._n)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _max_pool_indices
+from ._launch import Launch
 from .errors import ParamInvalidError
 from .memory import ScratchPool, thread_rows
 from .planning import channel_inner, split_evenly, threads_for
@@ -82,8 +83,7 @@ class ScatterPlan:
 
         Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``."""
         if self.gather:
-            bad = _max_pool_indices.gather_backward_cl(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
-                                                       self.col_lo, self.col_hi, self.nthreads)
+            bad = _max_pool_indices.gather_backward_cl(*self.gather_args(go4, ind4, gx4))
             if bad is not None:
                 if bad:
                     self.fallback(go4, ind4, gx4)
@@ -92,12 +92,41 @@ class ScatterPlan:
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
             scratch = self.scratch.take()
-            _max_pool_indices.scatter_backward(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
-                                               self.part, self.band_oa, self.band_ob, self.channel,
-                                               not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
+            _max_pool_indices.scatter_backward(*self.scatter_args(go4, ind4, gx4, scratch, flags, prezeroed))
             self.scratch.give(scratch)
         if self.empty_window or np.count_nonzero(flags):
             self.fallback(go4, ind4, gx4)
+
+    # The kernel calls' argument lists, shared by run() and the launch records (poolgrad/_launch.pyx) that
+    # replay them; the arrays are at positions GX, GO, IND, and the scatter's scratch and flags after them.
+    GX, GO, IND, SCRATCH, FLAGS = 2, 3, 4, 12, 13
+
+    def gather_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> tuple:
+        """Arguments of ``gather_backward_cl`` for these kernel views."""
+        return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.col_lo, self.col_hi,
+                self.nthreads)
+
+    def scatter_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: np.ndarray | None,
+                     flags: np.ndarray | None, prezeroed: bool) -> tuple:
+        """Arguments of ``scatter_backward`` for these kernel views."""
+        return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
+                self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
+
+    def launch(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> Launch | None:
+        """A launch record of :meth:`run` over views like these, with sources grad_output 0, x 1, indices 2 and
+        grad_x 3 (the caller adds the views at GX, GO and IND), or None where run() does more than one kernel
+        call (windows without input rows)."""
+        if self.gather:
+            rec = Launch(_max_pool_indices.gather_backward_cl, self.gather_args(go4, ind4, gx4), 3)
+            rec.expect_false()
+        elif self.empty_window:
+            return None
+        else:
+            rec = Launch(_max_pool_indices.scatter_backward,
+                         self.scatter_args(go4, ind4, gx4, None, None, False), 3)
+            rec.scratch(self.scratch, self.SCRATCH)
+            rec.flags(self.FLAGS, self.items)
+        return rec
 
     def fallback(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> None:
         """Some index lies outside its window's rows (legal) or outside the plane (an error): redo every plane

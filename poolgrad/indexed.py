@@ -10,12 +10,14 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _max_pool_indices
+from ._launch import Launch
 from ._scatter import ScatterPlan
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .geometry import PoolGeometry, logical_shape, to_nchw
-from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
+from .memory import (MIN_BYTES, OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only,
+                     thread_rows)
 from .planning import channel_inner, threads_for
 from .validation import check_allocatable, check_no_overlap, parse_index_dtype, prepare_out
 
@@ -46,7 +48,9 @@ class ArgmaxPlan:
         self.order = OutputLayout(x, self.shape)
         self.nthreads = nthreads
         self.tables: tuple | None = None
-        self.fast: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
+        self.uniform_run: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.fast: Launch | bool | None = None
 
     def _tables(self, y_size: int) -> tuple:
         win_h, win_w = self.windows()
@@ -70,18 +74,42 @@ class ArgmaxPlan:
         xk = kernel_view(kernel_input(x4))
         y4 = kernel_view(to_nchw(y, layout))
         ind4 = to_nchw(ind, layout)
-        fast = self.fast
-        if fast is None:
+        uniform = self.uniform_run
+        if uniform is None:
             u = self.uniform
-            fast = self.fast = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
-                                              u.dilation, nthreads) if u is not None else False)
-        if fast and fast.ok:
-            fast.run(xk, y4, ind4)
+            uniform = self.uniform_run = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
+                                                        u.dilation, nthreads) if u is not None else False)
+        if uniform and uniform.ok:
+            uniform.run(xk, y4, ind4)
         else:
-            _max_pool_indices.argmax_forward(self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"],
-                                             self.step[0], win_w["start"], win_w["count"], self.step[1],
-                                             channel_inner(xk), nthreads)
+            _max_pool_indices.argmax_forward(*self._window_args(xk, y4, ind4, win_h, win_w, nthreads))
+        if self.fast is None:
+            # large outputs come from the block cache, which a replay would bypass
+            self.fast = y.nbytes + ind.nbytes < MIN_BYTES and self._launch(x, y, ind, xk, y4, ind4)
         return y, ind
+
+    def _window_args(self, xk: np.ndarray, y4: np.ndarray, ind4: np.ndarray, win_h: dict, win_w: dict,
+                     nthreads: int) -> tuple:
+        """Arguments of the per-window kernel (``argmax_forward``): the arrays at 2, 3, 4."""
+        return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], self.step[0], win_w["start"],
+                win_w["count"], self.step[1], channel_inner(xk), nthreads)
+
+    def _launch(self, x: np.ndarray, y: np.ndarray, ind: np.ndarray, xk: np.ndarray, y4: np.ndarray,
+                ind4: np.ndarray) -> Launch | bool:
+        """The launch record of this plan's kernel call (sources x 0, y 1, indices 2), or False when the kernel
+        reads a copy of x."""
+        uniform = self.uniform_run
+        if uniform and uniform.ok:
+            fast = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, None), 1)
+            fast.scratch(uniform.scratch, uniform.SCRATCH)
+        else:
+            win_h, win_w, nthreads = self.tables
+            fast = Launch(_max_pool_indices.argmax_forward,
+                          self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
+        fast.output(y)
+        fast.output(ind)
+        ok = fast.view(2, 0, x, xk) and fast.view(3, 1, y, y4) and fast.view(4, 2, ind, ind4)
+        return fast if ok else False
 
 
 class UniformArgmax:
@@ -109,9 +137,16 @@ class UniformArgmax:
 
     def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray) -> None:
         scratch = self.scratch.take()
-        _max_pool_indices.argmax_forward_uniform(self.dt, self.it, xk, y4, ind4, *self.args, self.channel,
-                                                 *scratch, self.nthreads)
+        _max_pool_indices.argmax_forward_uniform(*self.args_for(xk, y4, ind4, scratch))
         self.scratch.give(scratch)
+
+    # where the three scratch rows go in args_for's list (for launch records)
+    SCRATCH = (14, 15, 16)
+
+    def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, scratch: tuple | None) -> tuple:
+        """Arguments of ``argmax_forward_uniform``: the arrays at 2, 3, 4, the scratch rows at SCRATCH."""
+        best, kidx, rows = scratch if scratch is not None else (None, None, None)
+        return (self.dt, self.it, xk, y4, ind4, *self.args, self.channel, best, kidx, rows, self.nthreads)
 
 
 def uniform_argmax(dt: str, it: str, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
@@ -150,6 +185,8 @@ class ScatterBackwardPlan:
         self.col_lo, self.col_hi = win_w["lo"], win_w["hi"]
         self.order = OutputLayout(x, x.shape)
         self.scatter: ScatterPlan | None = None     # planned on the first run, from the kernel views' strides
+        # the first run's kernel call, recorded for _launch.Runner, which replays it on later calls
+        self.fast: Launch | bool | None = None
 
     def __call__(self, grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray, out: Any) -> np.ndarray:
         # A large output allocated here may be freshly mapped memory, whose pages the OS zero-fills on first
@@ -182,4 +219,24 @@ class ScatterBackwardPlan:
         scatter.run(gok, ind4, gxk, prezeroed=fresh_zeros and direct_out)
         if not direct_out:
             gx4[...] = target
+        if self.fast is None:
+            self.fast = self._launch(scatter, grad_output, indices, gx, gok, ind4, gxk, out is None)
         return gx
+
+    def _launch(self, scatter: ScatterPlan, grad_output: np.ndarray, indices: np.ndarray, gx: np.ndarray,
+                gok: np.ndarray, ind4: np.ndarray, gxk: np.ndarray, allocates: bool) -> Launch | bool:
+        """The launch record of this plan's run (sources grad_output 0, x 1, indices 2, grad_x 3), or False
+        where a replay could not do what the run does: a copy of an array, a large grad_x (it comes from the
+        block cache), an exact pass after the fast one."""
+        if allocates and gx.nbytes >= MIN_BYTES:
+            return False
+        fast = scatter.launch(gok, ind4, gxk)
+        if fast is None:
+            return False
+        if allocates:
+            fast.output(gx)
+        else:
+            fast.takes_out((0, 1, 2))
+        ok = (fast.view(scatter.GX, 3, gx, gxk) and fast.view(scatter.GO, 0, grad_output, gok)
+              and fast.view(scatter.IND, 2, indices, ind4))
+        return fast if ok else False

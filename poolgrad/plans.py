@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._callkey import make_key
+from ._launch import Runner
 
 __all__ = ["MAX_PLANS", "call", "clear", "plan_count", "make_key", "OP_IDS"]
 
@@ -33,7 +34,7 @@ OP_IDS = {name: i for i, name in enumerate((
 # Enough for every pooling layer of the biggest common CNNs in both directions, several batch sizes and dtypes.
 MAX_PLANS = 1024
 
-_plans: dict[tuple, Callable[..., Any]] = {}
+_plans: dict[tuple, Runner] = {}
 
 
 def call(key: tuple | None, arrays: tuple, build: Callable[[], tuple[Callable[..., Any], tuple]]) -> Any:
@@ -41,15 +42,16 @@ def call(key: tuple | None, arrays: tuple, build: Callable[[], tuple[Callable[..
     (raising what the operator raises) and returns the plan and the validated arrays to run it on.  The plan is
     cached when ``key`` is not None."""
     if key is not None:
-        plan = _plans.get(key)
-        if plan is not None:
-            return plan(*arrays)
+        runner = _plans.get(key)
+        if runner is not None:
+            return runner(*arrays)
     plan, arrays = build()
-    if key is not None:
-        if len(_plans) >= MAX_PLANS:
-            _plans.clear()
-        _plans[key] = plan
-    return plan(*arrays)
+    if key is None:
+        return plan(*arrays)
+    if len(_plans) >= MAX_PLANS:
+        _plans.clear()
+    runner = _plans[key] = Runner(plan)
+    return runner(*arrays)
 
 
 def clear() -> None:

@@ -1,0 +1,367 @@
+# cython: language_level=3
+"""Launch records: a plan's kernel call, recorded once, replayed per call in compiled code.
+
+An operator's plan decides everything that does not depend on the data on its first run (which kernel, the work
+split, tables, which arrays the kernel can address directly).  What is left per call is mechanical: allocate the
+outputs, make the logical-NCHW kernel views of the call's arrays, take scratch, call the kernel dispatcher with
+the arguments the first run used, check the kernel's flags.  Done by the plan's Python code that costs several
+microseconds of interpreter work around a kernel call that, on tiny tensors, takes one or two.
+
+A :class:`Launch` records that call: the dispatcher, its argument list with *slots* for the per-call arrays (each
+slot a view of one source array - a call argument or an output - with the dtype, shape and strides the first run's
+view had, at the same data pointer), the outputs' allocation (dtype, shape, strides: the memory order the plan's
+``OutputLayout`` gives), the scratch pool, and a per-call flag array the kernel sets where the data needs the slow
+path.  :meth:`Launch.run` replays it: a few C-level NumPy calls and the dispatcher call.
+
+It covers the common case only and says so by returning None *before writing anything the caller could see*
+or after the kernel flagged the data: then the plan runs its ordinary path, which does the exact checks (``out=``
+aliasing with the exact message, index ranges with the first bad index named) and computes the result.  So a
+launch never changes a result or an error, it only skips work.
+
+Thread safety: a record is read-only after it is built; each run copies the argument list, takes its own scratch
+set (popping a list is atomic under the GIL) and allocates its own flags, so one record serves concurrent callers
+(the dispatchers release the GIL while their kernels run).
+"""
+cimport numpy as cnp
+from cpython.ref cimport Py_INCREF, Py_DECREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from libc.stdint cimport int64_t
+from libc.string cimport memset
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    /* A view of ``base``'s memory at ``data`` (NumPy takes its own reference to descr and to base). */
+    static PyObject *pg_launch_view(PyObject *descr, int nd, npy_intp *dims, npy_intp *strides, char *data,
+                                    int flags, PyObject *base) {
+        PyObject *v;
+        Py_INCREF(descr);
+        v = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, nd, dims, strides, data, flags, NULL);
+        if (v == NULL) return NULL;
+        Py_INCREF(base);
+        if (PyArray_SetBaseObject((PyArrayObject *)v, base) < 0) { Py_DECREF(v); return NULL; }
+        return v;
+    }
+    /* A new array with these strides (they describe a dense block in some axis order: NumPy allocates
+       itemsize * prod(dims) bytes when data is NULL). */
+    static PyObject *pg_launch_alloc(PyObject *descr, int nd, npy_intp *dims, npy_intp *strides) {
+        Py_INCREF(descr);
+        return PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, nd, dims, strides, NULL,
+                                    NPY_ARRAY_WRITEABLE, NULL);
+    }
+    """
+    object pg_launch_view(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides, char *data,
+                          int flags, object base)
+    object pg_launch_alloc(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides)
+
+cdef enum:
+    MAXSLOT = 12    # array arguments of one dispatcher call
+    MAXSRC = 8      # call arrays + outputs
+    MAXD = 8        # dimensions of a view
+    KEEP_SETS = 2   # per-call sets (scratch, flags) a record keeps for reuse, as memory.ScratchPool.KEEP
+
+#: Post-run checks: none; the flag array (int8) must be all zero; the dispatcher's result must be False.
+POST_NONE = 0
+POST_FLAGS = 1
+POST_FALSE = 2
+
+
+cdef inline char *_data(object a) noexcept:
+    return <char *>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+cdef inline bint _extent(cnp.ndarray a, char **lo, char **hi) noexcept:
+    """Byte range [lo, hi) an array can touch; False for an empty array."""
+    cdef int d
+    cdef cnp.npy_intp n, st
+    cdef char *p = <char *>cnp.PyArray_DATA(a)
+    cdef char *a0 = p
+    cdef char *a1 = p + cnp.PyArray_ITEMSIZE(a)
+    for d in range(cnp.PyArray_NDIM(a)):
+        n = cnp.PyArray_DIMS(a)[d]
+        if n == 0:
+            return False
+        st = cnp.PyArray_STRIDES(a)[d]
+        if st >= 0:
+            a1 += st * (n - 1)
+        else:
+            a0 += st * (n - 1)
+    lo[0] = a0
+    hi[0] = a1
+    return True
+
+
+cdef class Launch:
+    """One recorded kernel call (see the module docstring).
+
+    Parameters
+    ----------
+    fn : callable
+        The kernel dispatcher.
+    args : sequence
+        Its positional arguments as the first run passed them; slots (set with :meth:`view`, :meth:`scratch`,
+        :meth:`flags`) are replaced on every run, the rest is passed as is (tables the plan owns, sizes, flags).
+    nsources : int
+        How many call arrays a run receives (``run``'s ``arrays``); outputs are sources after them.
+    """
+    cdef object fn
+    cdef list args
+    cdef Py_ssize_t nargs
+    cdef int nsrc, nout, nslot
+    cdef list free
+    # slots: argument position, source index, and the view's recipe (descr None: the source itself)
+    cdef int pos[MAXSLOT]
+    cdef int src[MAXSLOT]
+    cdef int nd[MAXSLOT]
+    cdef cnp.npy_intp dims[MAXSLOT][MAXD]
+    cdef cnp.npy_intp steps[MAXSLOT][MAXD]
+    cdef list descr
+    # outputs: dtype, shape and strides of each allocated output
+    cdef list out_descr
+    cdef int out_nd[MAXSRC]
+    cdef cnp.npy_intp out_dims[MAXSRC][MAXD]
+    cdef cnp.npy_intp out_steps[MAXSRC][MAXD]
+    # scratch: the pool, and which argument positions take which item of a set (-1: the set itself)
+    cdef object pool
+    cdef int nscratch
+    cdef int scratch_pos[4]
+    cdef int scratch_item[4]
+    # per-call flag array
+    cdef int flags_pos
+    cdef cnp.npy_intp flags_n
+    cdef readonly int post
+    # whether runs may be given out= (it is then source ``nsources``), and the sources it must not overlap
+    cdef bint _out_ok
+    cdef int ncheck
+    cdef int check_src[MAXSRC]
+
+    def __init__(self, object fn, args, int nsources):
+        if nsources > MAXSRC:
+            raise ValueError("too many sources")
+        self.fn = fn
+        self.args = list(args)
+        self.nargs = len(self.args)
+        self.free = []
+        self.nsrc = nsources
+        self.nout = 0
+        self.nslot = 0
+        self.descr = []
+        self.out_descr = []
+        self.pool = None
+        self.nscratch = 0
+        self.flags_pos = -1
+        self.flags_n = 0
+        self.post = POST_NONE
+        self._out_ok = False
+        self.ncheck = 0
+
+    def output(self, cnp.ndarray example):
+        """Allocate, on every run, an output like ``example`` (dtype, shape, strides); it becomes source
+        ``nsources + k`` for the k-th output.  Its strides must describe a dense block (what ``OutputLayout``
+        gives): NumPy then allocates exactly ``nbytes``."""
+        cdef int k = self.nout, d
+        if k >= MAXSRC - self.nsrc or cnp.PyArray_NDIM(example) > MAXD:
+            raise ValueError("too many outputs or dimensions")
+        self.out_descr.append(<object>cnp.PyArray_DESCR(example))
+        self.out_nd[k] = cnp.PyArray_NDIM(example)
+        for d in range(self.out_nd[k]):
+            self.out_dims[k][d] = cnp.PyArray_DIMS(example)[d]
+            self.out_steps[k][d] = cnp.PyArray_STRIDES(example)[d]
+        self.nout += 1
+
+    def view(self, int position, int source, cnp.ndarray source_array, cnp.ndarray view):
+        """Argument ``position`` is, on every run, ``view`` re-made over source ``source``: the same dtype, shape
+        and strides at the source's data pointer.  ``source_array`` is this run's source (or any view starting
+        where it does).  Returns False, recording nothing, when ``view`` does not start there (the kernel reads
+        a copy: the record cannot replay that)."""
+        cdef int k = self.nslot, d
+        if k >= MAXSLOT or cnp.PyArray_NDIM(view) > MAXD:
+            raise ValueError("too many slots or dimensions")
+        if _data(view) != _data(source_array):
+            return False
+        self.pos[k] = position
+        self.src[k] = source
+        if view is source_array:
+            self.descr.append(None)
+        else:
+            self.descr.append(<object>cnp.PyArray_DESCR(view))
+            self.nd[k] = cnp.PyArray_NDIM(view)
+            for d in range(self.nd[k]):
+                self.dims[k][d] = cnp.PyArray_DIMS(view)[d]
+                self.steps[k][d] = cnp.PyArray_STRIDES(view)[d]
+        self.args[position] = None
+        self.nslot += 1
+        return True
+
+    def scratch(self, object pool, positions):
+        """Arguments ``positions`` take, on every run, the items of one set from ``pool`` (a ScratchPool);
+        ``positions`` is an int (the set itself) or a tuple of ints (the set's items, in order)."""
+        self.pool = pool
+        if isinstance(positions, int):
+            positions = {positions: -1}
+        else:
+            positions = {p: i for i, p in enumerate(positions)}
+        self.nscratch = 0
+        for p, i in positions.items():
+            self.scratch_pos[self.nscratch] = p
+            self.scratch_item[self.nscratch] = i
+            self.args[p] = None
+            self.nscratch += 1
+
+    def flags(self, int position, Py_ssize_t n):
+        """Argument ``position`` is a fresh zeroed int8 array of ``n`` flags; a run that ends with any flag set
+        returns None (the plan's ordinary path then handles the data)."""
+        self.flags_pos = position
+        self.flags_n = n
+        self.args[position] = None
+        self.post = POST_FLAGS
+
+    def expect_false(self):
+        """A run whose dispatcher returns anything but False returns None (the ordinary path takes over)."""
+        self.post = POST_FALSE
+
+    def takes_out(self, sources):
+        """Runs may be given ``out`` (source ``nsources``, in place of the allocated output).  A run first
+        proves that it shares no memory with the sources ``sources`` by their byte ranges; if the ranges meet,
+        the run returns None at once (the ordinary path then makes NumPy's exact test and raises its message,
+        or proceeds)."""
+        self._out_ok = True
+        self.ncheck = 0
+        for s in sources:
+            self.check_src[self.ncheck] = s
+            self.ncheck += 1
+
+    def __call__(self, *arrays):
+        """Replay the call on the plan's call arguments: the ``nsources`` arrays, then ``out`` when the plan's
+        calls take one (None: allocate the outputs).  Returns what the plan returns, or None when the plan's
+        ordinary path must run instead."""
+        return self.run(arrays)
+
+    cdef object run(self, tuple arrays):
+        cdef int k, s
+        cdef char *lo
+        cdef char *hi
+        cdef char *lo2
+        cdef char *hi2
+        cdef object v, d, out = None
+        cdef tuple sset = None
+        cdef tuple args
+        cdef list srcs
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(arrays)
+        if n == self.nsrc + 1:
+            out = <object>PyTuple_GET_ITEM(arrays, self.nsrc)
+            srcs = list(arrays) if out is not None else list(arrays[:self.nsrc])
+        elif n == self.nsrc:
+            srcs = list(arrays)
+        else:
+            return None
+        if out is not None:
+            if not self._out_ok:
+                return None
+            if _extent(<cnp.ndarray>out, &lo, &hi):
+                for k in range(self.ncheck):
+                    if _extent(<cnp.ndarray>srcs[self.check_src[k]], &lo2, &hi2) and lo < hi2 and lo2 < hi:
+                        return None
+        else:
+            for k in range(self.nout):
+                srcs.append(pg_launch_alloc(self.out_descr[k], self.out_nd[k], self.out_dims[k],
+                                            self.out_steps[k]))
+        # a set of per-call arrays (scratch items, flags) no concurrent run holds: list.pop is atomic
+        if self.nscratch or self.flags_pos >= 0:
+            sset = self.free.pop() if self.free else self._new_set()
+            if self.flags_pos >= 0:
+                memset(cnp.PyArray_DATA(<cnp.ndarray>sset[0]), 0, self.flags_n)
+        args = PyTuple_New(self.nargs)
+        for k in range(self.nargs):
+            v = self.args[k]
+            Py_INCREF(v)
+            PyTuple_SET_ITEM(args, k, v)
+        for k in range(self.nslot):
+            s = self.src[k]
+            d = self.descr[k]
+            if d is None:
+                v = srcs[s]
+            else:
+                v = pg_launch_view(d, self.nd[k], self.dims[k], self.steps[k], _data(srcs[s]),
+                                   cnp.PyArray_FLAGS(<cnp.ndarray>srcs[s]) & cnp.NPY_ARRAY_WRITEABLE, srcs[s])
+            _put(args, self.pos[k], v)
+        if sset is not None:
+            if self.flags_pos >= 0:
+                _put(args, self.flags_pos, sset[0])
+            for k in range(self.nscratch):
+                _put(args, self.scratch_pos[k], sset[2 + self.scratch_item[k]])
+        try:
+            r = self.fn(*args)
+        finally:
+            if sset is not None and len(self.free) < KEEP_SETS:
+                self.free.append(sset)
+        if self.post == POST_FLAGS:
+            if _any_set(<cnp.ndarray>sset[0]):
+                return None
+        elif self.post == POST_FALSE:
+            if r is not False:
+                return None
+        if out is not None:
+            return out
+        if self.nout == 1:
+            return srcs[self.nsrc]
+        return tuple(srcs[self.nsrc:])
+
+    cdef tuple _new_set(self):
+        """(flags, scratch items...): the flags (or None) and the scratch set's items, made fresh."""
+        flags = cnp.PyArray_ZEROS(1, &self.flags_n, cnp.NPY_INT8, 0) if self.flags_pos >= 0 else None
+        if self.pool is None:
+            return (flags,)
+        made = self.pool.factory()
+        return (flags, made) + (tuple(made) if type(made) is tuple else ())
+
+
+cdef inline void _put(tuple t, Py_ssize_t i, object v) noexcept:
+    """Replace item i of a tuple this module just made (and owns alone)."""
+    Py_INCREF(v)
+    Py_DECREF(<object>PyTuple_GET_ITEM(t, i))
+    PyTuple_SET_ITEM(t, i, v)
+
+
+cdef bint _any_set(cnp.ndarray flags) noexcept:
+    cdef const char *p = <const char *>cnp.PyArray_DATA(flags)
+    cdef cnp.npy_intp i
+    for i in range(cnp.PyArray_DIMS(flags)[0]):
+        if p[i]:
+            return True
+    return False
+
+
+cdef class Runner:
+    """A plan as the per-call path calls it: through its launch record once the plan's first run has made one
+    (the plan's ``fast`` attribute), else - and whenever the record declines - through the plan itself.
+
+    Parameters
+    ----------
+    plan : callable
+        An operator's internal plan (called with the operator's arrays, ``out`` last for the backwards).
+    """
+    cdef readonly object plan
+    cdef Launch fast
+    cdef bint settled       # the plan has said whether it has a record (``fast`` a Launch, or False)
+
+    def __init__(self, object plan):
+        self.plan = plan
+        self.fast = None
+        self.settled = False
+
+    def __call__(self, *arrays):
+        cdef object r
+        cdef Launch fast = self.fast
+        if not self.settled:
+            f = getattr(self.plan, "fast", None)
+            if f is not None:
+                self.settled = True
+                if isinstance(f, Launch):
+                    fast = self.fast = <Launch>f
+        if fast is not None:
+            r = fast.run(arrays)
+            if r is not None:
+                return r
+        return self.plan(*arrays)
