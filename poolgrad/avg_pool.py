@@ -8,11 +8,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _avg_pool
+from ._launch import Launch
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
 from .geometry import logical_shape, pool_windows, to_nchw
-from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
+from .memory import (MIN_BYTES, OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only,
+                     thread_rows)
 from .plans import OP_IDS, call, make_key
 from .planning import channel_inner, split_evenly, threads_for
 from .validation import (CUBE_MATH_TYPES, check_grad_like, check_input, parse_bool, parse_cube_math_type,
@@ -279,6 +281,8 @@ class _ForwardPlan:
         C = to_nchw(x, layout).shape[1]
         self.order = OutputLayout(x, logical_shape(x, layout, C, *ap.out))
         self.run: tuple | None = None
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.fast: Launch | bool | None = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         y = self.order.empty(x.dtype)
@@ -294,6 +298,13 @@ class _ForwardPlan:
         scratch = scratch_pool.take()
         _avg_pool.forward(self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
         scratch_pool.give(scratch)
+        if self.fast is None:
+            # sources x 0, y 1; the scratch sits after the six tables and the channel flag
+            fast = Launch(_avg_pool.forward, (self.dt, xk, y4, *tables, channel, None, g_off, nthreads), 1)
+            fast.output(y)
+            fast.scratch(scratch_pool, 3 + len(tables) + 1)
+            # large outputs come from the block cache, which a replay would bypass
+            self.fast = y.nbytes < MIN_BYTES and fast.view(1, 0, x, xk) and fast.view(2, 1, y, y4) and fast
         return y
 
     def _plan(self, xk: np.ndarray) -> tuple:
@@ -395,6 +406,8 @@ class _BackwardPlan:
         self.order = OutputLayout(x, x.shape)
         self.direct: tuple[bool, bool] | None = None
         self.gather: tuple | None = None
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.fast: Launch | bool | None = None
 
     def __call__(self, grad_output: np.ndarray, x: np.ndarray, out: Any) -> np.ndarray:
         if out is None:
@@ -422,7 +435,24 @@ class _BackwardPlan:
         pool.give(scratch)
         if not direct[0]:
             gx4[...] = target
+        if self.fast is None:
+            self.fast = direct[0] and self._launch(grad_output, gx, gok, gxk, out is None)
         return gx
+
+    def _launch(self, grad_output: np.ndarray, gx: np.ndarray, gok: np.ndarray, gxk: np.ndarray,
+                allocates: bool) -> Launch | bool:
+        """The launch record of this plan's run (sources grad_output 0, x 1, grad_x 2), or False where a replay
+        could not do what the run does (a copy of grad_output, a large grad_x from the block cache)."""
+        if allocates and gx.nbytes >= MIN_BYTES:
+            return False
+        args, offsets, pool, nthreads = self.gather
+        fast = Launch(_avg_pool.backward, (self.dt, gxk, gok, *args, None, offsets, nthreads), 2)
+        fast.scratch(pool, 3 + len(args))
+        if allocates:
+            fast.output(gx)
+        else:
+            fast.takes_out((0, 1))
+        return fast.view(1, 2, gx, gxk) and fast.view(2, 0, grad_output, gok) and fast
 
 
 def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,
