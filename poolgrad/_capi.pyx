@@ -11,6 +11,7 @@ Two things live here because both must be cheap and neither may depend on an ope
   :class:`Plan`; see docs/C_API.md for what holds the GIL and what does not.
 """
 cimport numpy as cnp
+from poolgrad._launch cimport Runner
 from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
@@ -18,7 +19,6 @@ from libc.string cimport memset
 
 import numpy as np
 
-from poolgrad._launch import Runner
 from poolgrad.errors import ParamInvalidError, ParamNullptrError, PoolGradError
 
 cnp.import_array()
@@ -125,7 +125,7 @@ cdef class Plan:
     cdef readonly bint has_out
     cdef readonly object deterministic
     cdef readonly int num_threads
-    cdef object _run
+    cdef Runner _run
     cdef bint _takes_out
     cdef int _n
     cdef _Spec _out_spec
@@ -164,8 +164,8 @@ cdef class Plan:
             raise ParamInvalidError(f"out: the plan was made without out=, so its calls allocate the result; "
                                     f"make a plan with out= to write into an array")
         if self._takes_out:
-            return self._run(*arrays, out)
-        return self._run(*arrays)
+            return self._run.call(arrays + (out,))
+        return self._run.call(arrays)
 
     def __repr__(self):
         sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.specs)
@@ -176,35 +176,12 @@ cdef class Plan:
 # The C API (layout and contract: include/poolgrad.h, docs/C_API.md)
 # ---------------------------------------------------------------------------------------------------------------
 
+# The public types and codes, declared once for extension authors (include/poolgrad_capi.pxd, on Cython's
+# include path in setup.py); only the function table's layout is private to this module.
+from poolgrad_capi cimport (POOLGRAD_ABI_VERSION, POOLGRAD_ERR_PARAM_INVALID, POOLGRAD_ERR_PARAM_NULLPTR,
+                            POOLGRAD_MAX_DIMS, POOLGRAD_OK, poolgrad_params, poolgrad_plan, poolgrad_tensor)
+
 cdef extern from "poolgrad.h" nogil:
-    enum:
-        POOLGRAD_ABI_VERSION
-        POOLGRAD_MAX_DIMS
-        POOLGRAD_OK
-        POOLGRAD_ERR_PARAM_NULLPTR
-        POOLGRAD_ERR_PARAM_INVALID
-    ctypedef struct poolgrad_tensor:
-        void *data
-        int dtype
-        int ndim
-        int64_t shape[8]
-        int64_t strides[8]
-    ctypedef struct poolgrad_params:
-        int64_t kernel[2]
-        int64_t stride[2]
-        int64_t padding[2]
-        int64_t dilation[2]
-        int ceil_mode
-        int count_include_pad
-        int64_t divisor_override
-        int cube_math_type
-        int layout
-        int tf_padding
-        int check_orig_output
-        int deterministic
-        int num_threads
-    ctypedef struct poolgrad_plan:
-        pass
     ctypedef struct poolgrad_capi:
         unsigned int abi_version
         unsigned int table_size

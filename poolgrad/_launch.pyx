@@ -55,12 +55,6 @@ cdef extern from *:
                           int flags, object base)
     object pg_launch_alloc(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides)
 
-cdef enum:
-    MAXSLOT = 12    # array arguments of one dispatcher call
-    MAXSRC = 8      # call arrays + outputs
-    MAXD = 8        # dimensions of a view
-    KEEP_SETS = 2   # per-call sets (scratch, flags) a record keeps for reuse, as memory.ScratchPool.KEEP
-
 #: Post-run checks: none; the flag array (int8) must be all zero; the dispatcher's result must be False.
 POST_NONE = 0
 POST_FLAGS = 1
@@ -105,37 +99,6 @@ cdef class Launch:
     nsources : int
         How many call arrays a run receives (``run``'s ``arrays``); outputs are sources after them.
     """
-    cdef object fn
-    cdef list args
-    cdef Py_ssize_t nargs
-    cdef int nsrc, nout, nslot
-    cdef list free
-    # slots: argument position, source index, and the view's recipe (descr None: the source itself)
-    cdef int pos[MAXSLOT]
-    cdef int src[MAXSLOT]
-    cdef int nd[MAXSLOT]
-    cdef cnp.npy_intp dims[MAXSLOT][MAXD]
-    cdef cnp.npy_intp steps[MAXSLOT][MAXD]
-    cdef list descr
-    # outputs: dtype, shape and strides of each allocated output
-    cdef list out_descr
-    cdef int out_nd[MAXSRC]
-    cdef cnp.npy_intp out_dims[MAXSRC][MAXD]
-    cdef cnp.npy_intp out_steps[MAXSRC][MAXD]
-    # scratch: the pool, and which argument positions take which item of a set (-1: the set itself)
-    cdef object pool
-    cdef int nscratch
-    cdef int scratch_pos[4]
-    cdef int scratch_item[4]
-    # per-call flag array
-    cdef int flags_pos
-    cdef cnp.npy_intp flags_n
-    cdef readonly int post
-    # whether runs may be given out= (it is then source ``nsources``), and the sources it must not overlap
-    cdef bint _out_ok
-    cdef int ncheck
-    cdef int check_src[MAXSRC]
-
     def __init__(self, object fn, args, int nsources):
         if nsources > MAXSRC:
             raise ValueError("too many sources")
@@ -342,16 +305,16 @@ cdef class Runner:
     plan : callable
         An operator's internal plan (called with the operator's arrays, ``out`` last for the backwards).
     """
-    cdef readonly object plan
-    cdef Launch fast
-    cdef bint settled       # the plan has said whether it has a record (``fast`` a Launch, or False)
-
     def __init__(self, object plan):
         self.plan = plan
         self.fast = None
         self.settled = False
 
     def __call__(self, *arrays):
+        return self.call(arrays)
+
+    cdef object call(self, tuple arrays):
+        """Run on the plan's call arguments (``out`` last for the backwards)."""
         cdef object r
         cdef Launch fast = self.fast
         if not self.settled:

@@ -1,0 +1,53 @@
+# cython: language_level=3
+"""Declarations of poolgrad/_launch.pyx, for the compiled modules that run plans (``_capi``)."""
+cimport numpy as cnp
+
+cdef enum:
+    MAXSLOT = 12    # array arguments of one dispatcher call
+    MAXSRC = 8      # call arrays + outputs
+    MAXD = 8        # dimensions of a view
+    KEEP_SETS = 2   # per-call sets (scratch, flags) a record keeps for reuse, as memory.ScratchPool.KEEP
+
+
+cdef class Launch:
+    cdef object fn
+    cdef list args
+    cdef Py_ssize_t nargs
+    cdef int nsrc, nout, nslot
+    cdef list free
+    # slots: argument position, source index, and the view's recipe (descr None: the source itself)
+    cdef int pos[MAXSLOT]
+    cdef int src[MAXSLOT]
+    cdef int nd[MAXSLOT]
+    cdef cnp.npy_intp dims[MAXSLOT][MAXD]
+    cdef cnp.npy_intp steps[MAXSLOT][MAXD]
+    cdef list descr
+    # outputs: dtype, shape and strides of each allocated output
+    cdef list out_descr
+    cdef int out_nd[MAXSRC]
+    cdef cnp.npy_intp out_dims[MAXSRC][MAXD]
+    cdef cnp.npy_intp out_steps[MAXSRC][MAXD]
+    # scratch: the pool, and which argument positions take which item of a set (-1: the set itself)
+    cdef object pool
+    cdef int nscratch
+    cdef int scratch_pos[4]
+    cdef int scratch_item[4]
+    # per-call flag array
+    cdef int flags_pos
+    cdef cnp.npy_intp flags_n
+    cdef readonly int post
+    # whether runs may be given out= (it is then source ``nsources``), and the sources it must not overlap
+    cdef bint _out_ok
+    cdef int ncheck
+    cdef int check_src[MAXSRC]
+
+    cdef object run(self, tuple arrays)
+    cdef tuple _new_set(self)
+
+
+cdef class Runner:
+    cdef readonly object plan
+    cdef Launch fast
+    cdef bint settled       # the plan has said whether it has a record (``fast`` a Launch, or False)
+
+    cdef object call(self, tuple arrays)
