@@ -11,7 +11,7 @@ Two things live here because both must be cheap and neither may depend on an ope
   :class:`Plan`; see docs/C_API.md for what holds the GIL and what does not.
 """
 cimport numpy as cnp
-from poolgrad._launch cimport Runner
+from poolgrad._launch cimport KernelCall, KernelRecord, Launch, Runner, run_kernel_call
 from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
@@ -205,11 +205,15 @@ cdef extern from *:
         pg_capi_msg[n] = 0;
     }
     static const char *pg_capi_get_msg(void) { return pg_capi_msg; }
-    /* What the C side keeps of a plan: the Python Plan, and the signature execute compares without the GIL. */
+    /* What the C side keeps of a plan: the Python Plan, the signature execute compares without the GIL, and
+       the plan's kernel call when it could be captured below its dispatcher (record: the KernelRecord owning
+       kcall, a KernelCall that execute runs without the GIL). */
     typedef struct {
         PyObject *plan;
         int op, nin, nout, forward;
         poolgrad_tensor sig[4];
+        PyObject *record;
+        const void *kcall;
     } pg_capi_plan;
     """
     void pg_capi_set_msg(const char *text) nogil
@@ -218,6 +222,8 @@ cdef extern from *:
         PyObject *plan
         int op, nin, nout, forward
         poolgrad_tensor sig[4]
+        PyObject *record
+        const void *kcall
     void *malloc(size_t) nogil
     void free(void *) nogil
     int snprintf(char *, size_t, const char *, ...) nogil
@@ -434,6 +440,8 @@ cdef int _plan_create(poolgrad_plan **plan_out, int op, const poolgrad_tensor *t
     if cp == NULL:
         return _fail(POOLGRAD_ERR_PARAM_INVALID, b"poolgrad_plan_create: out of memory")
     cp.op, cp.nin, cp.nout, cp.forward = op, nin, nout, op in (1, 3, 5, 7)
+    cp.record = NULL
+    cp.kcall = NULL
     for i in range(ntensors):
         cp.sig[i] = tensors[i]
         cp.sig[i].data = NULL
@@ -465,15 +473,80 @@ cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
                     raise ParamInvalidError(f"{names[cp.nin + i]}: expected shape {got.shape} and dtype "
                                             f"{got.dtype} for these inputs and parameters, got shape "
                                             f"{tuple(want.shape)} and dtype {want.dtype}")
+        else:
+            _capture_kernel(cp, plan, tensors)
         Py_INCREF(plan)
         cp.plan = <PyObject *>plan
         return POOLGRAD_OK
     except BaseException:
+        if cp.record != NULL:
+            Py_DECREF(<object>cp.record)
+            cp.record = NULL
+            cp.kcall = NULL
         return _python_error("poolgrad_plan_create(" + _OP_NAMES[cp.op] + ")")
+
+
+cdef int _capture_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *tensors) except -1:
+    """Give a backward plan its kernel call, which execute then runs without the GIL, where the operator's
+    kernel module can record one (see _launch.KernelRecord): runs on zero-filled examples of the signature -
+    the first makes the plan's launch record, the second (only where the record can go below the dispatcher)
+    captures the kernel call.  The examples' memory is distinct, so every pointer of the call is unambiguous."""
+    cdef int i
+    cdef Launch launch
+    examples = [_spec_of(&tensors[i]).example() for i in range(cp.nin + 1)]
+    plan(*examples[:cp.nin], out=examples[cp.nin])
+    fast = getattr(plan._run.plan, "fast", None)
+    if not isinstance(fast, Launch):
+        return 0
+    launch = <Launch>fast
+    if launch.kernel is None and not launch.tried_kernel:
+        plan(*examples[:cp.nin], out=examples[cp.nin])
+    if launch.kernel is None:
+        return 0
+    rec = launch.kernel
+    Py_INCREF(rec)
+    cp.record = <PyObject *>rec
+    cp.kcall = &(<KernelRecord>rec).call
+    return 0
+
+
+cdef bint _out_meets_an_input(const pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept nogil:
+    """Whether the output's bytes and some input's bytes overlap (as ranges: the exact test is NumPy's, on the
+    path that holds the GIL)."""
+    cdef int i
+    cdef char *lo
+    cdef char *hi
+    cdef char *lo2
+    cdef char *hi2
+    if not _span(&tensors[cp.nin], &lo, &hi):
+        return False
+    for i in range(cp.nin):
+        if _span(&tensors[i], &lo2, &hi2) and lo < hi2 and lo2 < hi:
+            return True
+    return False
+
+
+cdef bint _span(const poolgrad_tensor *t, char **lo, char **hi) noexcept nogil:
+    """Byte range [lo, hi) of a (validated) descriptor; False when it has no element."""
+    cdef int d
+    cdef int item = _ITEM[t.dtype]
+    cdef char *a = <char *>t.data
+    cdef char *b = a + item
+    for d in range(t.ndim):
+        if t.shape[d] == 0:
+            return False
+        if t.strides[d] >= 0:
+            b += t.strides[d] * item * (t.shape[d] - 1)
+        else:
+            a += t.strides[d] * item * (t.shape[d] - 1)
+    lo[0] = a
+    hi[0] = b
+    return True
 
 
 cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int ntensors) noexcept nogil:
     cdef char buf[512]
+    cdef char *data[4]
     cdef int i, d, status
     cdef pg_capi_plan *cp = <pg_capi_plan *>plan
     cdef const poolgrad_tensor *t
@@ -505,13 +578,32 @@ cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int 
         status = _check_tensor(b"poolgrad_plan_execute", t, i, True, buf)
         if status != POOLGRAD_OK:
             return _fail(status, buf)
+    # The kernel call, without the GIL, where the plan has one and the output's bytes meet no input's (an
+    # overlap - an error, or max_pooling_grad in place - takes the checked path below).
+    if cp.kcall != NULL and not _out_meets_an_input(cp, tensors):
+        for i in range(ntensors):
+            data[i] = <char *>tensors[i].data
+        run_kernel_call(<const KernelCall *>cp.kcall, data)
+        pg_capi_set_msg(b"")
+        return POOLGRAD_OK
     return _run_python_plan(cp, tensors)
+
+
+cdef Py_ssize_t _gil_executes = 0     # executes that took the path below (read by tests: gil_executes())
+
+
+def gil_executes():
+    """How many ``poolgrad_plan_execute`` calls so far took the GIL (the others ran their captured kernel call
+    without it).  For tests and benchmarks."""
+    return _gil_executes
 
 
 cdef int _run_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept with gil:
     # The GIL is held only here; the kernels the plan calls release it while they run.
+    global _gil_executes
     cdef int i
     cdef object plan = <object>cp.plan
+    _gil_executes += 1
     try:
         ins = [_view_of(&tensors[i], False) for i in range(cp.nin)]
         if cp.forward:
@@ -533,6 +625,8 @@ cdef void _plan_destroy(poolgrad_plan *plan) noexcept nogil:
         return
     with gil:
         Py_DECREF(<object>cp.plan)
+        if cp.record != NULL:
+            Py_DECREF(<object>cp.record)
     free(cp)
 
 

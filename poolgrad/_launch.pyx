@@ -26,7 +26,9 @@ cimport numpy as cnp
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
-from libc.string cimport memset
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
 
 cnp.import_array()
 
@@ -86,6 +88,87 @@ cdef inline bint _extent(cnp.ndarray a, char **lo, char **hi) noexcept:
     return True
 
 
+cdef class KernelRecord:
+    """A kernel call captured below its dispatcher (``call``): the kernel module's runner, the struct the
+    dispatcher filled (copied), the item count, thread count and dtype code.  :meth:`bind` finds the struct's
+    pointers into the call's arrays; :func:`run_kernel_call` copies the struct, points those fields at another
+    call's arrays and runs - plain C, no interpreter, so the C API's execute calls it without the GIL.  Everything else the struct addresses
+    (tables) belongs to the plan, which keeps it alive and never writes it."""
+
+    def __cinit__(self):
+        self.call.ctx = NULL
+        self.call.npatch = 0
+        self.filled = False
+
+    def __dealloc__(self):
+        free(self.call.ctx)
+
+    cdef bint bind(self, list sources) except -1:
+        """Record which pointer-sized fields of the struct address a source (a word inside the source's byte
+        range).  False when a field lies in two sources' ranges (the call passed overlapping arrays: which one
+        it means cannot be told) or there are too many."""
+        cdef Py_ssize_t off, k, n = len(sources)
+        cdef int match
+        cdef char *w
+        cdef char *lo[MAXSRC]
+        cdef char *hi[MAXSRC]
+        cdef bint has[MAXSRC]
+        if n > MAXSRC:
+            return False
+        for k in range(n):
+            has[k] = _extent(<cnp.ndarray>sources[k], &lo[k], &hi[k])
+        cdef KernelCall *c = &self.call
+        c.npatch = 0
+        for off in range(0, <Py_ssize_t>c.size - <Py_ssize_t>sizeof(char *) + 1, sizeof(char *)):
+            w = (<char **>(c.ctx + off))[0]
+            match = -1
+            for k in range(n):
+                if has[k] and lo[k] <= w < hi[k]:
+                    if match >= 0:
+                        return False
+                    match = k
+            if match >= 0:
+                if c.npatch == MAXPATCH:
+                    return False
+                c.patch_off[c.npatch] = off
+                c.patch_src[c.npatch] = match
+                c.patch_delta[c.npatch] = w - _data(sources[match])
+                c.npatch += 1
+        return True
+
+
+cdef void run_kernel_call(const KernelCall *c, char **data) noexcept nogil:
+    """Run a captured call on the arrays whose data pointers are ``data`` (in source order): a copy of the
+    struct with its source pointers moved there."""
+    cdef uint64_t buf[MAXCTX_WORDS]       # MAXCTX bytes, aligned for any field
+    cdef int k
+    memcpy(buf, c.ctx, c.size)
+    for k in range(c.npatch):
+        (<char **>((<char *>buf) + c.patch_off[k]))[0] = data[c.patch_src[k]] + c.patch_delta[k]
+    c.fn(buf, c.nitems, c.nthreads, c.code)
+
+
+cdef int record_kernel(object record, KernelRun fn, const void *ctx, size_t size, Py_ssize_t nitems,
+                       int nthreads, int code) except -1:
+    """Fill ``record`` (a KernelRecord) with a kernel call: what a dispatcher given ``record=`` does instead of
+    ``fn(ctx, nitems, nthreads, code)``.  A struct above MAXCTX bytes is not recorded (the record stays empty
+    and the dispatcher path keeps running)."""
+    cdef KernelRecord rec = <KernelRecord?>record
+    if size > MAXCTX or rec.filled:
+        return 0
+    rec.call.ctx = <char *>malloc(size)
+    if rec.call.ctx == NULL:
+        raise MemoryError()
+    memcpy(rec.call.ctx, ctx, size)
+    rec.call.size = size
+    rec.call.fn = fn
+    rec.call.nitems = nitems
+    rec.call.nthreads = nthreads
+    rec.call.code = code
+    rec.filled = True
+    return 0
+
+
 cdef class Launch:
     """One recorded kernel call (see the module docstring).
 
@@ -98,11 +181,20 @@ cdef class Launch:
         :meth:`flags`) are replaced on every run, the rest is passed as is (tables the plan owns, sizes, flags).
     nsources : int
         How many call arrays a run receives (``run``'s ``arrays``); outputs are sources after them.
+    kernel_records : bool, default False
+        The dispatcher accepts ``record=``: a :class:`KernelRecord` it fills (with its kernel's runner and the
+        struct it built) instead of running.  The first replay then captures the call below the dispatcher and
+        later ones run it straight from compiled code (:meth:`KernelRecord.run`), which the C API can do without
+        the GIL.  Only for dispatchers whose struct addresses nothing per-call but the call's arrays (no scratch,
+        no flags, no temporaries of their own).
     """
-    def __init__(self, object fn, args, int nsources):
+    def __init__(self, object fn, args, int nsources, bint kernel_records=False):
         if nsources > MAXSRC:
             raise ValueError("too many sources")
         self.fn = fn
+        self.kernel = None
+        # a dispatcher that takes record= (a KernelRecord) fills it instead of running its kernel
+        self.tried_kernel = not kernel_records
         self.args = list(args)
         self.nargs = len(self.args)
         self.free = []
@@ -230,6 +322,8 @@ cdef class Launch:
             for k in range(self.nout):
                 srcs.append(pg_launch_alloc(self.out_descr[k], self.out_nd[k], self.out_dims[k],
                                             self.out_steps[k]))
+        if self.kernel is not None:
+            return self._run_kernel(srcs, out)
         # a set of per-call arrays (scratch items, flags) no concurrent run holds: list.pop is atomic
         if self.nscratch or self.flags_pos >= 0:
             sset = self.free.pop() if self.free else self._new_set()
@@ -249,6 +343,10 @@ cdef class Launch:
                 v = pg_launch_view(d, self.nd[k], self.dims[k], self.steps[k], _data(srcs[s]),
                                    cnp.PyArray_FLAGS(<cnp.ndarray>srcs[s]) & cnp.NPY_ARRAY_WRITEABLE, srcs[s])
             _put(args, self.pos[k], v)
+        if not self.tried_kernel:
+            self.tried_kernel = True
+            if sset is None and self.post == POST_NONE and self._capture(srcs, args):
+                return self._run_kernel(srcs, out)
         if sset is not None:
             if self.flags_pos >= 0:
                 _put(args, self.flags_pos, sset[0])
@@ -265,6 +363,30 @@ cdef class Launch:
         elif self.post == POST_FALSE:
             if r is not False:
                 return None
+        if out is not None:
+            return out
+        if self.nout == 1:
+            return srcs[self.nsrc]
+        return tuple(srcs[self.nsrc:])
+
+    cdef bint _capture(self, list srcs, tuple args) except -1:
+        """Have the dispatcher record its kernel call on this call's arrays; keep it if every pointer of the
+        struct that addresses a source is unambiguous (see KernelRecord.bind)."""
+        rec = KernelRecord()
+        self.fn(*args, record=rec)
+        if rec.filled and rec.bind(srcs):
+            self.kernel = rec
+            return True
+        return False
+
+    cdef object _run_kernel(self, list srcs, object out):
+        cdef char *data[MAXSRC]
+        cdef int k
+        cdef KernelRecord rec = self.kernel
+        for k in range(len(srcs)):
+            data[k] = _data(srcs[k])
+        with nogil:
+            run_kernel_call(&rec.call, data)
         if out is not None:
             return out
         if self.nout == 1:

@@ -165,7 +165,8 @@ class _Plan:
         cache).  An ``out`` that is dy itself (allowed) meets dy's bytes, so those calls take the ordinary path."""
         if allocates and sources[3].nbytes >= MIN_BYTES:
             return False
-        fast = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3)
+        # the kernel's struct addresses the four arrays only: later calls can run it from compiled code
+        fast = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3, kernel_records=True)
         if allocates:
             fast.output(sources[3])
         else:
