@@ -578,11 +578,14 @@ cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int 
         status = _check_tensor(b"poolgrad_plan_execute", t, i, True, buf)
         if status != POOLGRAD_OK:
             return _fail(status, buf)
-    # The kernel call, without the GIL, where the plan has one and the output's bytes meet no input's (an
-    # overlap - an error, or max_pooling_grad in place - takes the checked path below).
+    # The kernel call, without the GIL, where the plan has one, every pointer is aligned to its item (the
+    # captured call was made from aligned arrays) and the output's bytes meet no input's.  Anything else - an
+    # overlap (an error, or max_pooling_grad in place), a misaligned pointer - takes the checked path below.
     if cp.kcall != NULL and not _out_meets_an_input(cp, tensors):
         for i in range(ntensors):
             data[i] = <char *>tensors[i].data
+            if (<size_t>data[i]) % _ITEM[tensors[i].dtype] != 0:
+                return _run_python_plan(cp, tensors)
         run_kernel_call(<const KernelCall *>cp.kcall, data)
         pg_capi_set_msg(b"")
         return POOLGRAD_OK

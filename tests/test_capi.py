@@ -404,7 +404,10 @@ def test_max_pooling_grad_executes_without_the_gil():
         inplace = dys[0].copy()
         assert execute(plan, [inplace, x, y, inplace]) == OK and _same(inplace, wants[0])
         assert execute(plan, [dys[1], x, y, x]) == INVALID and "out: must not share memory with x" in error()
-        assert _capi.gil_executes() == before + 2
+        misaligned = np.ndarray(x.shape, x.dtype, np.zeros(x.nbytes + 4, np.uint8), offset=2)
+        assert execute(plan, [dys[1], misaligned, y, outs[1]]) == INVALID
+        assert "x: the plan was made for an aligned array, got a misaligned one" in error()
+        assert _capi.gil_executes() == before + 3
     finally:
         API.plan_destroy(plan)
 
