@@ -495,10 +495,10 @@ cdef int _capture_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *ten
     cdef Launch launch
     examples = [_spec_of(&tensors[i]).example() for i in range(cp.nin + 1)]
     plan(*examples[:cp.nin], out=examples[cp.nin])
-    fast = getattr(plan._run.plan, "fast", None)
-    if not isinstance(fast, Launch):
+    rec = getattr(plan._run.plan, "launch", None)
+    if not isinstance(rec, Launch):
         return 0
-    launch = <Launch>fast
+    launch = <Launch>rec
     if launch.kernel is None and not launch.tried_kernel:
         plan(*examples[:cp.nin], out=examples[cp.nin])
     if launch.kernel is None:

@@ -88,7 +88,7 @@ cdef class Launch:
 
 cdef class Runner:
     cdef readonly object plan
-    cdef Launch fast
-    cdef bint settled       # the plan has said whether it has a record (``fast`` a Launch, or False)
+    cdef Launch launch
+    cdef bint settled       # the plan has said whether it has a record (``launch`` a Launch, or False)
 
     cdef object call(self, tuple arrays)

@@ -92,8 +92,9 @@ cdef class KernelRecord:
     """A kernel call captured below its dispatcher (``call``): the kernel module's runner, the struct the
     dispatcher filled (copied), the item count, thread count and dtype code.  :meth:`bind` finds the struct's
     pointers into the call's arrays; :func:`run_kernel_call` copies the struct, points those fields at another
-    call's arrays and runs - plain C, no interpreter, so the C API's execute calls it without the GIL.  Everything else the struct addresses
-    (tables) belongs to the plan, which keeps it alive and never writes it."""
+    call's arrays and runs - plain C, no interpreter, so the C API's execute calls it without the GIL.
+    Everything else the struct addresses (tables) belongs to the plan, which keeps it alive and never writes
+    it."""
 
     def __cinit__(self):
         self.call.ctx = NULL
@@ -420,7 +421,7 @@ cdef bint _any_set(cnp.ndarray flags) noexcept:
 
 cdef class Runner:
     """A plan as the per-call path calls it: through its launch record once the plan's first run has made one
-    (the plan's ``fast`` attribute), else - and whenever the record declines - through the plan itself.
+    (the plan's ``launch`` attribute), else - and whenever the record declines - through the plan itself.
 
     Parameters
     ----------
@@ -429,7 +430,7 @@ cdef class Runner:
     """
     def __init__(self, object plan):
         self.plan = plan
-        self.fast = None
+        self.launch = None
         self.settled = False
 
     def __call__(self, *arrays):
@@ -438,15 +439,15 @@ cdef class Runner:
     cdef object call(self, tuple arrays):
         """Run on the plan's call arguments (``out`` last for the backwards)."""
         cdef object r
-        cdef Launch fast = self.fast
+        cdef Launch launch = self.launch
         if not self.settled:
-            f = getattr(self.plan, "fast", None)
+            f = getattr(self.plan, "launch", None)
             if f is not None:
                 self.settled = True
                 if isinstance(f, Launch):
-                    fast = self.fast = <Launch>f
-        if fast is not None:
-            r = fast.run(arrays)
+                    launch = self.launch = <Launch>f
+        if launch is not None:
+            r = launch.run(arrays)
             if r is not None:
                 return r
         return self.plan(*arrays)

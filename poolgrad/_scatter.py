@@ -2,6 +2,8 @@
 adaptive_max_pool2d_backward (kernels in ``_max_pool_indices.pyx``)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from . import _max_pool_indices
@@ -92,25 +94,27 @@ class ScatterPlan:
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
             scratch = self.scratch.take()
-            _max_pool_indices.scatter_backward(*self.scatter_args(go4, ind4, gx4, scratch, flags, prezeroed))
+            fn, args, _, _ = self.fast_pass(go4, ind4, gx4, scratch, flags, prezeroed)
+            fn(*args)
             self.scratch.give(scratch)
         if self.empty_window or np.count_nonzero(flags):
             self.fallback(go4, ind4, gx4)
 
-    # The kernel calls' argument lists, shared by run() and the launch records (poolgrad/_launch.pyx) that
-    # replay them; the arrays are at positions GX, GO, IND, and the scatter's scratch and flags after them.
-    GX, GO, IND, SCRATCH, FLAGS = 2, 3, 4, 12, 13
+    # Kernel views in the argument lists below (and so in launch records): grad_x, grad_output, indices.
+    GX, GO, IND = 2, 3, 4
 
     def gather_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> tuple:
         """Arguments of ``gather_backward_cl`` for these kernel views."""
         return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.col_lo, self.col_hi,
                 self.nthreads)
 
-    def scatter_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: np.ndarray | None,
-                     flags: np.ndarray | None, prezeroed: bool) -> tuple:
-        """Arguments of ``scatter_backward`` for these kernel views."""
-        return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
-                self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
+    def fast_pass(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: np.ndarray | None,
+                  flags: np.ndarray | None, prezeroed: bool) -> tuple[Callable[..., None], tuple, int, int]:
+        """The scatter's fast pass - kernel, arguments, and where its scratch and flags go in them - chosen here
+        only, for run() and for the launch records that replay it."""
+        return (_max_pool_indices.scatter_backward,
+                (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
+                 self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed), 12, 13)
 
     def launch(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> Launch | None:
         """A launch record of :meth:`run` over views like these, with sources grad_output 0, x 1, indices 2 and
@@ -122,10 +126,10 @@ class ScatterPlan:
         elif self.empty_window:
             return None
         else:
-            rec = Launch(_max_pool_indices.scatter_backward,
-                         self.scatter_args(go4, ind4, gx4, None, None, False), 3)
-            rec.scratch(self.scratch, self.SCRATCH)
-            rec.flags(self.FLAGS, self.items)
+            fn, args, scratch_at, flags_at = self.fast_pass(go4, ind4, gx4, None, None, False)
+            rec = Launch(fn, args, 3)
+            rec.scratch(self.scratch, scratch_at)
+            rec.flags(flags_at, self.items)
         return rec
 
     def fallback(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> None:

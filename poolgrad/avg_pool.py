@@ -282,7 +282,7 @@ class _ForwardPlan:
         self.order = OutputLayout(x, logical_shape(x, layout, C, *ap.out))
         self.run: tuple | None = None
         # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
-        self.fast: Launch | bool | None = None
+        self.launch: Launch | bool | None = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         y = self.order.empty(x.dtype)
@@ -298,13 +298,13 @@ class _ForwardPlan:
         scratch = scratch_pool.take()
         _avg_pool.forward(self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
         scratch_pool.give(scratch)
-        if self.fast is None:
+        if self.launch is None:
             # sources x 0, y 1; the scratch sits after the six tables and the channel flag
-            fast = Launch(_avg_pool.forward, (self.dt, xk, y4, *tables, channel, None, g_off, nthreads), 1)
-            fast.output(y)
-            fast.scratch(scratch_pool, 3 + len(tables) + 1)
+            rec = Launch(_avg_pool.forward, (self.dt, xk, y4, *tables, channel, None, g_off, nthreads), 1)
+            rec.output(y)
+            rec.scratch(scratch_pool, 3 + len(tables) + 1)
             # large outputs come from the block cache, which a replay would bypass
-            self.fast = y.nbytes < MIN_BYTES and fast.view(1, 0, x, xk) and fast.view(2, 1, y, y4) and fast
+            self.launch = y.nbytes < MIN_BYTES and rec.view(1, 0, x, xk) and rec.view(2, 1, y, y4) and rec
         return y
 
     def _plan(self, xk: np.ndarray) -> tuple:
@@ -407,7 +407,7 @@ class _BackwardPlan:
         self.direct: tuple[bool, bool] | None = None
         self.gather: tuple | None = None
         # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
-        self.fast: Launch | bool | None = None
+        self.launch: Launch | bool | None = None
 
     def __call__(self, grad_output: np.ndarray, x: np.ndarray, out: Any) -> np.ndarray:
         if out is None:
@@ -435,8 +435,8 @@ class _BackwardPlan:
         pool.give(scratch)
         if not direct[0]:
             gx4[...] = target
-        if self.fast is None:
-            self.fast = direct[0] and self._launch(grad_output, gx, gok, gxk, out is None)
+        if self.launch is None:
+            self.launch = direct[0] and self._launch(grad_output, gx, gok, gxk, out is None)
         return gx
 
     def _launch(self, grad_output: np.ndarray, gx: np.ndarray, gok: np.ndarray, gxk: np.ndarray,
@@ -446,13 +446,13 @@ class _BackwardPlan:
         if allocates and gx.nbytes >= MIN_BYTES:
             return False
         args, offsets, pool, nthreads = self.gather
-        fast = Launch(_avg_pool.backward, (self.dt, gxk, gok, *args, None, offsets, nthreads), 2)
-        fast.scratch(pool, 3 + len(args))
+        rec = Launch(_avg_pool.backward, (self.dt, gxk, gok, *args, None, offsets, nthreads), 2)
+        rec.scratch(pool, 3 + len(args))
         if allocates:
-            fast.output(gx)
+            rec.output(gx)
         else:
-            fast.takes_out((0, 1))
-        return fast.view(1, 2, gx, gxk) and fast.view(2, 0, grad_output, gok) and fast
+            rec.takes_out((0, 1))
+        return rec.view(1, 2, gx, gxk) and rec.view(2, 0, grad_output, gok) and rec
 
 
 def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,

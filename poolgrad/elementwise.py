@@ -124,7 +124,7 @@ class _Plan:
         self.order = OutputLayout(dy, dy.shape)
         self.run: tuple | None = None
         # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
-        self.fast: Launch | bool | None = None
+        self.launch: Launch | bool | None = None
 
     def __call__(self, dy: np.ndarray, x: np.ndarray, y: np.ndarray, out: Any) -> np.ndarray:
         if out is None:
@@ -155,8 +155,8 @@ class _Plan:
         _elementwise.max_pooling_grad(self.dt, *arrays, *run[1:])
         if target is not dx:
             dx[...] = target
-        if self.fast is None:
-            self.fast = self._launch((dy, x, y, dx), arrays, out is None)
+        if self.launch is None:
+            self.launch = self._launch((dy, x, y, dx), arrays, out is None)
         return dx
 
     def _launch(self, sources: tuple, views: list, allocates: bool) -> Launch | bool:
@@ -166,12 +166,12 @@ class _Plan:
         if allocates and sources[3].nbytes >= MIN_BYTES:
             return False
         # the kernel's struct addresses the four arrays only: later calls can run it from compiled code
-        fast = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3, kernel_records=True)
+        rec = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3, kernel_records=True)
         if allocates:
-            fast.output(sources[3])
+            rec.output(sources[3])
         else:
-            fast.takes_out((0, 1, 2))
-        return all(fast.view(1 + k, k, sources[k], views[k]) for k in range(4)) and fast
+            rec.takes_out((0, 1, 2))
+        return all(rec.view(1 + k, k, sources[k], views[k]) for k in range(4)) and rec
 
 
 def _kernel_writable(arr: np.ndarray) -> bool:

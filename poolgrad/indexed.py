@@ -48,9 +48,9 @@ class ArgmaxPlan:
         self.order = OutputLayout(x, self.shape)
         self.nthreads = nthreads
         self.tables: tuple | None = None
-        self.uniform_run: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
+        self.fast: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
         # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
-        self.fast: Launch | bool | None = None
+        self.launch: Launch | bool | None = None
 
     def _tables(self, y_size: int) -> tuple:
         win_h, win_w = self.windows()
@@ -74,18 +74,18 @@ class ArgmaxPlan:
         xk = kernel_view(kernel_input(x4))
         y4 = kernel_view(to_nchw(y, layout))
         ind4 = to_nchw(ind, layout)
-        uniform = self.uniform_run
-        if uniform is None:
+        fast = self.fast
+        if fast is None:
             u = self.uniform
-            uniform = self.uniform_run = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
-                                                        u.dilation, nthreads) if u is not None else False)
-        if uniform and uniform.ok:
-            uniform.run(xk, y4, ind4)
+            fast = self.fast = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
+                                              u.dilation, nthreads) if u is not None else False)
+        if fast and fast.ok:
+            fast.run(xk, y4, ind4)
         else:
             _max_pool_indices.argmax_forward(*self._window_args(xk, y4, ind4, win_h, win_w, nthreads))
-        if self.fast is None:
+        if self.launch is None:
             # large outputs come from the block cache, which a replay would bypass
-            self.fast = y.nbytes + ind.nbytes < MIN_BYTES and self._launch(x, y, ind, xk, y4, ind4)
+            self.launch = y.nbytes + ind.nbytes < MIN_BYTES and self._launch(x, y, ind, xk, y4, ind4)
         return y, ind
 
     def _window_args(self, xk: np.ndarray, y4: np.ndarray, ind4: np.ndarray, win_h: dict, win_w: dict,
@@ -98,18 +98,18 @@ class ArgmaxPlan:
                 ind4: np.ndarray) -> Launch | bool:
         """The launch record of this plan's kernel call (sources x 0, y 1, indices 2), or False when the kernel
         reads a copy of x."""
-        uniform = self.uniform_run
+        uniform = self.fast
         if uniform and uniform.ok:
-            fast = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, None), 1)
-            fast.scratch(uniform.scratch, uniform.SCRATCH)
+            rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, None), 1)
+            rec.scratch(uniform.scratch, uniform.SCRATCH)
         else:
             win_h, win_w, nthreads = self.tables
-            fast = Launch(_max_pool_indices.argmax_forward,
-                          self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
-        fast.output(y)
-        fast.output(ind)
-        ok = fast.view(2, 0, x, xk) and fast.view(3, 1, y, y4) and fast.view(4, 2, ind, ind4)
-        return fast if ok else False
+            rec = Launch(_max_pool_indices.argmax_forward,
+                         self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
+        rec.output(y)
+        rec.output(ind)
+        ok = rec.view(2, 0, x, xk) and rec.view(3, 1, y, y4) and rec.view(4, 2, ind, ind4)
+        return rec if ok else False
 
 
 class UniformArgmax:
@@ -186,7 +186,7 @@ class ScatterBackwardPlan:
         self.order = OutputLayout(x, x.shape)
         self.scatter: ScatterPlan | None = None     # planned on the first run, from the kernel views' strides
         # the first run's kernel call, recorded for _launch.Runner, which replays it on later calls
-        self.fast: Launch | bool | None = None
+        self.launch: Launch | bool | None = None
 
     def __call__(self, grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray, out: Any) -> np.ndarray:
         # A large output allocated here may be freshly mapped memory, whose pages the OS zero-fills on first
@@ -219,8 +219,8 @@ class ScatterBackwardPlan:
         scatter.run(gok, ind4, gxk, prezeroed=fresh_zeros and direct_out)
         if not direct_out:
             gx4[...] = target
-        if self.fast is None:
-            self.fast = self._launch(scatter, grad_output, indices, gx, gok, ind4, gxk, out is None)
+        if self.launch is None:
+            self.launch = self._launch(scatter, grad_output, indices, gx, gok, ind4, gxk, out is None)
         return gx
 
     def _launch(self, scatter: ScatterPlan, grad_output: np.ndarray, indices: np.ndarray, gx: np.ndarray,
@@ -230,13 +230,13 @@ class ScatterBackwardPlan:
         block cache), an exact pass after the fast one."""
         if allocates and gx.nbytes >= MIN_BYTES:
             return False
-        fast = scatter.launch(gok, ind4, gxk)
-        if fast is None:
+        rec = scatter.launch(gok, ind4, gxk)
+        if rec is None:
             return False
         if allocates:
-            fast.output(gx)
+            rec.output(gx)
         else:
-            fast.takes_out((0, 1, 2))
-        ok = (fast.view(scatter.GX, 3, gx, gxk) and fast.view(scatter.GO, 0, grad_output, gok)
-              and fast.view(scatter.IND, 2, indices, ind4))
-        return fast if ok else False
+            rec.takes_out((0, 1, 2))
+        ok = (rec.view(scatter.GX, 3, gx, gxk) and rec.view(scatter.GO, 0, grad_output, gok)
+              and rec.view(scatter.IND, 2, indices, ind4))
+        return rec if ok else False

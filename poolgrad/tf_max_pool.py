@@ -158,10 +158,10 @@ class _Pool:
         if ("launch", nthreads) not in self.memo:
             # the first run's kernel call, recorded for _launch.Runner (sources x 0, y 1; the int32 zeros are
             # only read); large outputs come from the block cache, which a replay would bypass
-            fast = Launch(_tf_max_pool.max_pool, args, 1)
-            fast.output(y)
-            self.memo[("launch", nthreads)] = (y.nbytes < MIN_BYTES and fast.view(1, 0, x, xk)
-                                               and fast.view(2, 1, y, yk) and fast)
+            rec = Launch(_tf_max_pool.max_pool, args, 1)
+            rec.output(y)
+            self.memo[("launch", nthreads)] = (y.nbytes < MIN_BYTES and rec.view(1, 0, x, xk)
+                                               and rec.view(2, 1, y, yk) and rec)
         return y
 
 
@@ -225,19 +225,19 @@ def _plan_forward(x: Any, ksize: Any, strides: Any, padding: Any, data_format: A
 
 
 class _Run:
-    """A plan's run function, with the launch record (``fast``, read by ``_launch.Runner``) that its first run
+    """A plan's run function, with the launch record (``launch``, read by ``_launch.Runner``) that its first run
     leaves in the pool's memo under ``key``."""
 
-    __slots__ = ("fn", "memo", "key", "fast")
+    __slots__ = ("fn", "memo", "key", "launch")
 
     def __init__(self, fn: Callable[..., np.ndarray], memo: dict, key: Any) -> None:
         self.fn, self.memo, self.key = fn, memo, key
-        self.fast: Launch | bool | None = None
+        self.launch: Launch | bool | None = None
 
     def __call__(self, *arrays: Any) -> np.ndarray:
         result = self.fn(*arrays)
-        if self.fast is None:
-            self.fast = self.memo.get(self.key)
+        if self.launch is None:
+            self.launch = self.memo.get(self.key)
         return result
 
 
@@ -340,13 +340,13 @@ def _grad_launch(pool: _Pool, args: tuple, x1: np.ndarray, grad: np.ndarray, gx:
     where a replay could not do what the run does (copies, a large grad_x from the block cache)."""
     if allocates and gx.nbytes >= MIN_BYTES:
         return False
-    fast = Launch(_tf_max_pool.max_pool_grad, args, 3)
-    fast.scratch(pool.memo[("grad", nthreads)][7], (13, 15))
+    rec = Launch(_tf_max_pool.max_pool_grad, args, 3)
+    rec.scratch(pool.memo[("grad", nthreads)][7], (13, 15))
     if allocates:
-        fast.output(gx)
+        rec.output(gx)
     else:
-        fast.takes_out((0, 1, 2))
-    return fast.view(1, 0, x1, args[1]) and fast.view(2, 2, grad, args[2]) and fast.view(3, 3, gx, args[3]) and fast
+        rec.takes_out((0, 1, 2))
+    return rec.view(1, 0, x1, args[1]) and rec.view(2, 2, grad, args[2]) and rec.view(3, 3, gx, args[3]) and rec
 
 
 def _check_orig_output(pool: _Pool, x1: np.ndarray, x2: np.ndarray, nthreads: int) -> None:

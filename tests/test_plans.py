@@ -206,7 +206,7 @@ def test_every_operator_records_a_launch(op):
 
 def _assert_recorded(op):
     (runner,) = plans._plans.values()
-    assert isinstance(getattr(runner.plan, "fast", None), Launch), op
+    assert isinstance(getattr(runner.plan, "launch", None), Launch), op
 
 
 @pytest.mark.parametrize("op,variant", [(op, v) for op in sorted(catalog.OPS)
