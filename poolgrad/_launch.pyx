@@ -32,6 +32,8 @@ from libc.string cimport memcpy, memset
 
 cnp.import_array()
 
+from poolgrad import memory as _memory
+
 cdef extern from *:
     """
     /* A view of ``base``'s memory at ``data`` (NumPy takes its own reference to descr and to base). */
@@ -215,8 +217,12 @@ cdef class Launch:
     def output(self, cnp.ndarray example):
         """Allocate, on every run, an output like ``example`` (dtype, shape, strides); it becomes source
         ``nsources + k`` for the k-th output.  Its strides must describe a dense block (what ``OutputLayout``
-        gives): NumPy then allocates exactly ``nbytes``."""
+        gives): NumPy then allocates exactly ``nbytes``.  Returns False, recording nothing, for an output of
+        ``memory.MIN_BYTES`` or more: ``OutputLayout`` takes those from the block cache, which a replay would
+        bypass."""
         cdef int k = self.nout, d
+        if cnp.PyArray_NBYTES(example) >= _memory.MIN_BYTES:
+            return False
         if k >= MAXSRC - self.nsrc or cnp.PyArray_NDIM(example) > MAXD:
             raise ValueError("too many outputs or dimensions")
         self.out_descr.append(<object>cnp.PyArray_DESCR(example))
@@ -225,6 +231,7 @@ cdef class Launch:
             self.out_dims[k][d] = cnp.PyArray_DIMS(example)[d]
             self.out_steps[k][d] = cnp.PyArray_STRIDES(example)[d]
         self.nout += 1
+        return True
 
     def view(self, int position, int source, cnp.ndarray source_array, cnp.ndarray view):
         """Argument ``position`` is, on every run, ``view`` re-made over source ``source``: the same dtype, shape

@@ -13,8 +13,7 @@ from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
 from .geometry import logical_shape, pool_windows, to_nchw
-from .memory import (MIN_BYTES, OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only,
-                     thread_rows)
+from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
 from .plans import OP_IDS, call, make_key
 from .planning import channel_inner, split_evenly, threads_for
 from .validation import (CUBE_MATH_TYPES, check_grad_like, check_input, parse_bool, parse_cube_math_type,
@@ -301,10 +300,8 @@ class _ForwardPlan:
         if self.launch is None:
             # sources x 0, y 1; the scratch sits after the six tables and the channel flag
             rec = Launch(_avg_pool.forward, (self.dt, xk, y4, *tables, channel, None, g_off, nthreads), 1)
-            rec.output(y)
             rec.scratch(scratch_pool, 3 + len(tables) + 1)
-            # large outputs come from the block cache, which a replay would bypass
-            self.launch = y.nbytes < MIN_BYTES and rec.view(1, 0, x, xk) and rec.view(2, 1, y, y4) and rec
+            self.launch = rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, y4) and rec
         return y
 
     def _plan(self, xk: np.ndarray) -> tuple:
@@ -443,14 +440,12 @@ class _BackwardPlan:
                 allocates: bool) -> Launch | bool:
         """The launch record of this plan's run (sources grad_output 0, x 1, grad_x 2), or False where a replay
         could not do what the run does (a copy of grad_output, a large grad_x from the block cache)."""
-        if allocates and gx.nbytes >= MIN_BYTES:
-            return False
         args, offsets, pool, nthreads = self.gather
         rec = Launch(_avg_pool.backward, (self.dt, gxk, gok, *args, None, offsets, nthreads), 2)
         rec.scratch(pool, 3 + len(args))
-        if allocates:
-            rec.output(gx)
-        else:
+        if allocates and not rec.output(gx):
+            return False
+        if not allocates:
             rec.takes_out((0, 1))
         return rec.view(1, 2, gx, gxk) and rec.view(2, 0, grad_output, gok) and rec
 

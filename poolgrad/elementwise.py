@@ -18,7 +18,7 @@ from ._launch import Launch
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
-from .memory import MIN_BYTES, OutputLayout, alloc_like_order, kernel_friendly, kernel_input
+from .memory import OutputLayout, alloc_like_order, kernel_friendly, kernel_input
 from .plans import OP_IDS, call, make_key
 from .planning import GRAIN, threads_for
 from .validation import as_array, check_dtype, check_no_overlap, check_same_dtype, prepare_out
@@ -163,13 +163,11 @@ class _Plan:
         """The launch record of this plan's kernel call (sources dy 0, x 1, y 2, dx 3; ``views`` the kernel's
         arrays), or False where a replay could not do what the run does (copies, a large dx from the block
         cache).  An ``out`` that is dy itself (allowed) meets dy's bytes, so those calls take the ordinary path."""
-        if allocates and sources[3].nbytes >= MIN_BYTES:
-            return False
         # the kernel's struct addresses the four arrays only: later calls can run it from compiled code
         rec = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3, kernel_records=True)
-        if allocates:
-            rec.output(sources[3])
-        else:
+        if allocates and not rec.output(sources[3]):
+            return False
+        if not allocates:
             rec.takes_out((0, 1, 2))
         return all(rec.view(1 + k, k, sources[k], views[k]) for k in range(4)) and rec
 

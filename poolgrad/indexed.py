@@ -16,8 +16,7 @@ from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .geometry import PoolGeometry, logical_shape, to_nchw
-from .memory import (MIN_BYTES, OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only,
-                     thread_rows)
+from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, kernel_output, read_only, thread_rows
 from .planning import channel_inner, threads_for
 from .validation import check_allocatable, check_no_overlap, parse_index_dtype, prepare_out
 
@@ -84,8 +83,7 @@ class ArgmaxPlan:
         else:
             _max_pool_indices.argmax_forward(*self._window_args(xk, y4, ind4, win_h, win_w, nthreads))
         if self.launch is None:
-            # large outputs come from the block cache, which a replay would bypass
-            self.launch = y.nbytes + ind.nbytes < MIN_BYTES and self._launch(x, y, ind, xk, y4, ind4)
+            self.launch = self._launch(x, y, ind, xk, y4, ind4)
         return y, ind
 
     def _window_args(self, xk: np.ndarray, y4: np.ndarray, ind4: np.ndarray, win_h: dict, win_w: dict,
@@ -97,7 +95,7 @@ class ArgmaxPlan:
     def _launch(self, x: np.ndarray, y: np.ndarray, ind: np.ndarray, xk: np.ndarray, y4: np.ndarray,
                 ind4: np.ndarray) -> Launch | bool:
         """The launch record of this plan's kernel call (sources x 0, y 1, indices 2), or False when the kernel
-        reads a copy of x."""
+        reads a copy of x or the outputs come from the block cache."""
         uniform = self.fast
         if uniform and uniform.ok:
             rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, None), 1)
@@ -106,9 +104,8 @@ class ArgmaxPlan:
             win_h, win_w, nthreads = self.tables
             rec = Launch(_max_pool_indices.argmax_forward,
                          self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
-        rec.output(y)
-        rec.output(ind)
-        ok = rec.view(2, 0, x, xk) and rec.view(3, 1, y, y4) and rec.view(4, 2, ind, ind4)
+        ok = (rec.output(y) and rec.output(ind) and rec.view(2, 0, x, xk) and rec.view(3, 1, y, y4)
+              and rec.view(4, 2, ind, ind4))
         return rec if ok else False
 
 
@@ -228,14 +225,10 @@ class ScatterBackwardPlan:
         """The launch record of this plan's run (sources grad_output 0, x 1, indices 2, grad_x 3), or False
         where a replay could not do what the run does: a copy of an array, a large grad_x (it comes from the
         block cache), an exact pass after the fast one."""
-        if allocates and gx.nbytes >= MIN_BYTES:
-            return False
         rec = scatter.launch(gok, ind4, gxk)
-        if rec is None:
+        if rec is None or (allocates and not rec.output(gx)):
             return False
-        if allocates:
-            rec.output(gx)
-        else:
+        if not allocates:
             rec.takes_out((0, 1, 2))
         ok = (rec.view(scatter.GX, 3, gx, gxk) and rec.view(scatter.GO, 0, grad_output, gok)
               and rec.view(scatter.IND, 2, indices, ind4))

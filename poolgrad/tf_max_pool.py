@@ -29,8 +29,8 @@ from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .geometry import tf_output_size, tf_windows, to_nchw
 from .indexed import uniform_argmax
-from .memory import (MIN_BYTES, OutputLayout, ScratchPool, alloc_like_order, kernel_friendly, kernel_input,
-                     kernel_output, thread_rows)
+from .memory import (OutputLayout, ScratchPool, alloc_like_order, kernel_friendly, kernel_input, kernel_output,
+                     thread_rows)
 from .plans import OP_IDS, call, make_key
 from .planning import channel_inner, threads_for
 from .validation import (as_array, check_dtype, check_rank, parse_bool, parse_layout, parse_tf_padding,
@@ -157,11 +157,10 @@ class _Pool:
         _tf_max_pool.max_pool(*args)
         if ("launch", nthreads) not in self.memo:
             # the first run's kernel call, recorded for _launch.Runner (sources x 0, y 1; the int32 zeros are
-            # only read); large outputs come from the block cache, which a replay would bypass
+            # only read)
             rec = Launch(_tf_max_pool.max_pool, args, 1)
-            rec.output(y)
-            self.memo[("launch", nthreads)] = (y.nbytes < MIN_BYTES and rec.view(1, 0, x, xk)
-                                               and rec.view(2, 1, y, yk) and rec)
+            self.memo[("launch", nthreads)] = (rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, yk)
+                                               and rec)
         return y
 
 
@@ -338,13 +337,11 @@ def _grad_launch(pool: _Pool, args: tuple, x1: np.ndarray, grad: np.ndarray, gx:
                  nthreads: int) -> Launch | bool:
     """The launch record of the fused gradient's call ``args`` (sources x1 0, x2 1, grad 2, grad_x 3), or False
     where a replay could not do what the run does (copies, a large grad_x from the block cache)."""
-    if allocates and gx.nbytes >= MIN_BYTES:
-        return False
     rec = Launch(_tf_max_pool.max_pool_grad, args, 3)
     rec.scratch(pool.memo[("grad", nthreads)][7], (13, 15))
-    if allocates:
-        rec.output(gx)
-    else:
+    if allocates and not rec.output(gx):
+        return False
+    if not allocates:
         rec.takes_out((0, 1, 2))
     return rec.view(1, 0, x1, args[1]) and rec.view(2, 2, grad, args[2]) and rec.view(3, 3, gx, args[3]) and rec
 
