@@ -2,7 +2,7 @@
 adaptive_max_pool2d_backward (kernels in ``_max_pool_indices.pyx``)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -103,13 +103,13 @@ class ScatterPlan:
     # Kernel views in the argument lists below (and so in launch records): grad_x, grad_output, indices.
     GX, GO, IND = 2, 3, 4
 
-    def gather_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> tuple:
+    def gather_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> tuple[Any, ...]:
         """Arguments of ``gather_backward_cl`` for these kernel views."""
         return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.col_lo, self.col_hi,
                 self.nthreads)
 
     def fast_pass(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: np.ndarray | None,
-                  flags: np.ndarray | None, prezeroed: bool) -> tuple[Callable[..., None], tuple, int, int]:
+                  flags: np.ndarray | None, prezeroed: bool) -> tuple[Callable[..., None], tuple[Any, ...], int, int]:
         """The scatter's fast pass - kernel, arguments, and where its scratch and flags go in them - chosen here
         only, for run() and for the launch records that replay it."""
         return (_max_pool_indices.scatter_backward,

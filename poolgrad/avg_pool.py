@@ -440,6 +440,7 @@ class _BackwardPlan:
                 allocates: bool) -> Launch | bool:
         """The launch record of this plan's run (sources grad_output 0, x 1, grad_x 2), or False where a replay
         could not do what the run does (a copy of grad_output, a large grad_x from the block cache)."""
+        assert self.gather is not None  # planned by the run that records
         args, offsets, pool, nthreads = self.gather
         rec = Launch(_avg_pool.backward, (self.dt, gxk, gok, *args, None, offsets, nthreads), 2)
         rec.scratch(pool, 3 + len(args))

@@ -159,10 +159,11 @@ class _Plan:
             self.launch = self._launch((dy, x, y, dx), arrays, out is None)
         return dx
 
-    def _launch(self, sources: tuple, views: list, allocates: bool) -> Launch | bool:
+    def _launch(self, sources: tuple[np.ndarray, ...], views: list[np.ndarray], allocates: bool) -> Launch | bool:
         """The launch record of this plan's kernel call (sources dy 0, x 1, y 2, dx 3; ``views`` the kernel's
         arrays), or False where a replay could not do what the run does (copies, a large dx from the block
         cache).  An ``out`` that is dy itself (allowed) meets dy's bytes, so those calls take the ordinary path."""
+        assert self.run is not None     # planned by the run that records
         # the kernel's struct addresses the four arrays only: later calls can run it from compiled code
         rec = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3, kernel_records=True)
         if allocates and not rec.output(sources[3]):

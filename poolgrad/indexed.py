@@ -86,8 +86,8 @@ class ArgmaxPlan:
             self.launch = self._launch(x, y, ind, xk, y4, ind4)
         return y, ind
 
-    def _window_args(self, xk: np.ndarray, y4: np.ndarray, ind4: np.ndarray, win_h: dict, win_w: dict,
-                     nthreads: int) -> tuple:
+    def _window_args(self, xk: np.ndarray, y4: np.ndarray, ind4: np.ndarray, win_h: dict[str, np.ndarray],
+                     win_w: dict[str, np.ndarray], nthreads: int) -> tuple[Any, ...]:
         """Arguments of the per-window kernel (``argmax_forward``): the arrays at 2, 3, 4."""
         return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], self.step[0], win_w["start"],
                 win_w["count"], self.step[1], channel_inner(xk), nthreads)
@@ -97,10 +97,11 @@ class ArgmaxPlan:
         """The launch record of this plan's kernel call (sources x 0, y 1, indices 2), or False when the kernel
         reads a copy of x or the outputs come from the block cache."""
         uniform = self.fast
-        if uniform and uniform.ok:
+        if isinstance(uniform, UniformArgmax) and uniform.ok:
             rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, None), 1)
             rec.scratch(uniform.scratch, uniform.SCRATCH)
         else:
+            assert self.tables is not None     # made by the run that records
             win_h, win_w, nthreads = self.tables
             rec = Launch(_max_pool_indices.argmax_forward,
                          self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
@@ -140,7 +141,8 @@ class UniformArgmax:
     # where the three scratch rows go in args_for's list (for launch records)
     SCRATCH = (14, 15, 16)
 
-    def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, scratch: tuple | None) -> tuple:
+    def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
+                 scratch: tuple[np.ndarray, ...] | None) -> tuple[Any, ...]:
         """Arguments of ``argmax_forward_uniform``: the arrays at 2, 3, 4, the scratch rows at SCRATCH."""
         best, kidx, rows = scratch if scratch is not None else (None, None, None)
         return (self.dt, self.it, xk, y4, ind4, *self.args, self.channel, best, kidx, rows, self.nthreads)

@@ -93,7 +93,7 @@ class _Pool:
         self.out_shape = (N, C, Ho, Wo) if self.data_format == "NCHW" else (N, Ho, Wo, C)
         # Planning results for this shape (kernel choices, bands, rings), filled on first use and shared by every
         # rebound copy: a plan's calls all have x's shape, strides and flags (see plans.py).
-        self.memo: dict[str, Any] = {}
+        self.memo: dict[Any, Any] = {}
 
     def forget_data(self) -> None:
         """Drop the array of the call that built this pool: a cached plan keeps the pool, and must not keep a
@@ -229,7 +229,7 @@ class _Run:
 
     __slots__ = ("fn", "memo", "key", "launch")
 
-    def __init__(self, fn: Callable[..., np.ndarray], memo: dict, key: Any) -> None:
+    def __init__(self, fn: Callable[..., np.ndarray], memo: dict[Any, Any], key: Any) -> None:
         self.fn, self.memo, self.key = fn, memo, key
         self.launch: Launch | bool | None = None
 
@@ -333,7 +333,7 @@ def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, paddin
     return _Run(run, pool.memo, "grad launch"), (x1, x2, grad, out)
 
 
-def _grad_launch(pool: _Pool, args: tuple, x1: np.ndarray, grad: np.ndarray, gx: np.ndarray, allocates: bool,
+def _grad_launch(pool: _Pool, args: tuple[Any, ...], x1: np.ndarray, grad: np.ndarray, gx: np.ndarray, allocates: bool,
                  nthreads: int) -> Launch | bool:
     """The launch record of the fused gradient's call ``args`` (sources x1 0, x2 1, grad 2, grad_x 3), or False
     where a replay could not do what the run does (copies, a large grad_x from the block cache)."""
@@ -380,7 +380,7 @@ def _run_grad_composed(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndar
     return True
 
 
-def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> tuple | None:
+def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> tuple[Any, ...] | None:
     """Plan bands and rings (once per pool shape, see ``_Pool.memo``), prepare kernel-friendly views, run the
     fused kernel.  Returns the kernel's arguments (None: the composed gradient ran)."""
     if (channel_inner(x4) and x4.shape[1] < COMPOSE_MAX_C
