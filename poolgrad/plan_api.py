@@ -19,9 +19,14 @@ determinism setting and ``omp_get_max_threads()`` of that moment), so later chan
 existing plan.  A plan made with ``out=`` must be called with an ``out`` of the same signature (it is written and
 returned); a plan made without one allocates its result and refuses ``out``.
 
+After its first call a plan replays that call's recorded kernel call (``poolgrad._launch``: outputs, kernel views
+and the dispatcher call in compiled code, or below the dispatcher where the kernel module records its struct) and
+falls back to the operator's own run whenever the data needs a check's message.
+
 Thread safety: a plan holds no per-call state.  Its scratch arrays come from a pool per plan (a run takes a set no
-other run holds and gives it back), decisions taken on the first run are idempotent, and the kernels release the
-GIL, so several Python threads may call one plan at once.
+other run holds and gives it back), decisions taken on the first run are idempotent, the launch record is
+read-only once made (each replay copies what it fills in), and the kernels release the GIL, so several Python
+threads may call one plan at once.
 """
 from __future__ import annotations
 

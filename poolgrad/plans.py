@@ -12,9 +12,13 @@ would take the same decisions and raise the same errors, so a cached plan is run
 None (an argument that is not a plain ndarray or of an unusual parameter type) is planned every time and never
 cached: errors and messages are exactly those of planning.
 
-Plans hold no per-call state (scratch arrays are allocated by each run), so one plan serves several Python threads
-at once.  The cache holds at most :data:`MAX_PLANS` plans; when full it is emptied (a workload that cycles through
-more shapes than that pays planning again, nothing more).
+The cache holds each plan in a :class:`~poolgrad._launch.Runner`: once the plan's first run has recorded its
+kernel call (the plan's ``launch``), later calls replay that record in compiled code and fall back to the plan
+itself whenever the data needs its checks (see ``_launch.pyx``).
+
+Plans hold no per-call state (scratch sets are taken from pools, launch records are read-only once made), so one
+plan serves several Python threads at once.  The cache holds at most :data:`MAX_PLANS` plans; when full it is
+emptied (a workload that cycles through more shapes than that pays planning again, nothing more).
 """
 from __future__ import annotations
 
