@@ -83,6 +83,7 @@ cdef class Launch:
     cdef object run(self, tuple arrays)
     cdef bint _capture(self, list srcs, tuple args) except -1
     cdef object _run_kernel(self, list srcs, object out)
+    cdef int _position_of(self, object obj)
     cdef tuple _new_set(self)
 
 

@@ -236,12 +236,13 @@ cdef class Launch:
     def view(self, int position, int source, cnp.ndarray source_array, cnp.ndarray view):
         """Argument ``position`` is, on every run, ``view`` re-made over source ``source``: the same dtype, shape
         and strides at the source's data pointer.  ``source_array`` is this run's source (or any view starting
-        where it does).  Returns False, recording nothing, when ``view`` does not start there (the kernel reads
-        a copy: the record cannot replay that)."""
+        where it does).  Returns False, recording nothing, when the recorded call did not pass ``view`` itself
+        at ``position`` (the record would not be that call) or ``view`` does not start at the source (the
+        kernel reads a copy: the record cannot replay that)."""
         cdef int k = self.nslot, d
         if k >= MAXSLOT or cnp.PyArray_NDIM(view) > MAXD:
             raise ValueError("too many slots or dimensions")
-        if _data(view) != _data(source_array):
+        if not 0 <= position < self.nargs or self.args[position] is not view or _data(view) != _data(source_array):
             return False
         self.pos[k] = position
         self.src[k] = source
@@ -257,28 +258,48 @@ cdef class Launch:
         self.nslot += 1
         return True
 
-    def scratch(self, object pool, positions):
-        """Arguments ``positions`` take, on every run, the items of one set from ``pool`` (a ScratchPool);
-        ``positions`` is an int (the set itself) or a tuple of ints (the set's items, in order)."""
+    def scratch(self, object pool, object taken):
+        """The recorded call passed ``taken`` - a set from ``pool`` (a ScratchPool), or a tuple of the set's
+        items - where it passed them (found by identity); every run passes a set of its own there (made by
+        ``pool.factory``, kept for reuse).  Returns False, recording nothing, unless each appears exactly once."""
+        cdef int k, p
+        items = taken if type(taken) is tuple else (taken,)
+        if len(items) > 4:
+            raise ValueError("too many scratch items")
+        for k in range(len(items)):
+            p = self._position_of(items[k])
+            if p < 0:
+                return False
+            self.scratch_pos[k] = p
+            self.scratch_item[k] = k if type(taken) is tuple else -1
+        for k in range(len(items)):
+            self.args[self.scratch_pos[k]] = None
         self.pool = pool
-        if isinstance(positions, int):
-            positions = {positions: -1}
-        else:
-            positions = {p: i for i, p in enumerate(positions)}
-        self.nscratch = 0
-        for p, i in positions.items():
-            self.scratch_pos[self.nscratch] = p
-            self.scratch_item[self.nscratch] = i
-            self.args[p] = None
-            self.nscratch += 1
+        self.nscratch = len(items)
+        return True
 
-    def flags(self, int position, Py_ssize_t n):
-        """Argument ``position`` is a fresh zeroed int8 array of ``n`` flags; a run that ends with any flag set
-        returns None (the plan's ordinary path then handles the data)."""
-        self.flags_pos = position
+    def flags(self, object taken, Py_ssize_t n):
+        """The recorded call passed ``taken`` (found by identity) for its int8 flags, ``n`` of them; every run
+        passes fresh zeroed ones there, and a run that ends with any flag set returns None (the plan's ordinary
+        path then handles the data).  Returns False, recording nothing, unless ``taken`` appears exactly once."""
+        cdef int p = self._position_of(taken)
+        if p < 0:
+            return False
+        self.flags_pos = p
         self.flags_n = n
-        self.args[position] = None
+        self.args[p] = None
         self.post = POST_FLAGS
+        return True
+
+    cdef int _position_of(self, object obj):
+        """The one argument position holding ``obj`` itself, or -1."""
+        cdef int k, found = -1
+        for k in range(self.nargs):
+            if self.args[k] is obj:
+                if found >= 0:
+                    return -1
+                found = k
+        return found
 
     def expect_false(self):
         """A run whose dispatcher returns anything but False returns None (the ordinary path takes over)."""

@@ -77,6 +77,7 @@ class ScatterPlan:
         self.gather = (channel and col_lo is not None and not self.empty_window
                        and not np.any(col_hi <= col_lo))
         self.col_lo, self.col_hi = col_lo, col_hi
+        self.last_pass: Callable[..., None] | None = None    # the fast pass run() called last
         elems = self.scratch_elems
         self.scratch = ScratchPool((lambda: thread_rows(self.nthreads, elems, np.float32)) if elems else _no_scratch)
 
@@ -94,8 +95,9 @@ class ScatterPlan:
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
             scratch = self.scratch.take()
-            fn, args, _, _ = self.fast_pass(go4, ind4, gx4, scratch, flags, prezeroed)
+            fn, args = self.fast_pass(go4, ind4, gx4, scratch, flags, prezeroed)
             fn(*args)
+            self.last_pass = fn
             self.scratch.give(scratch)
         if self.empty_window or np.count_nonzero(flags):
             self.fallback(go4, ind4, gx4)
@@ -108,13 +110,13 @@ class ScatterPlan:
         return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.col_lo, self.col_hi,
                 self.nthreads)
 
-    def fast_pass(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: np.ndarray | None,
-                  flags: np.ndarray | None, prezeroed: bool) -> tuple[Callable[..., None], tuple[Any, ...], int, int]:
-        """The scatter's fast pass - kernel, arguments, and where its scratch and flags go in them - chosen here
-        only, for run() and for the launch records that replay it."""
+    def fast_pass(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: Any, flags: Any,
+                  prezeroed: bool) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        """The scatter's fast pass - kernel and arguments - chosen here only, for run() and for the launch
+        records that replay it."""
         return (_max_pool_indices.scatter_backward,
                 (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
-                 self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed), 12, 13)
+                 self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed))
 
     def launch(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> Launch | None:
         """A launch record of :meth:`run` over views like these, with sources grad_output 0, x 1, indices 2 and
@@ -126,10 +128,14 @@ class ScatterPlan:
         elif self.empty_window:
             return None
         else:
-            fn, args, scratch_at, flags_at = self.fast_pass(go4, ind4, gx4, None, None, False)
+            # stand-ins for the per-call scratch set and flags, which the record finds by identity
+            scratch, flags = object(), object()
+            fn, args = self.fast_pass(go4, ind4, gx4, scratch, flags, False)
+            if fn is not self.last_pass:      # run() called another kernel: this record would not be its call
+                return None
             rec = Launch(fn, args, 3)
-            rec.scratch(self.scratch, scratch_at)
-            rec.flags(flags_at, self.items)
+            if not (rec.scratch(self.scratch, scratch) and rec.flags(flags, self.items)):
+                return None
         return rec
 
     def fallback(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> None:

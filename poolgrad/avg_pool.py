@@ -295,13 +295,14 @@ class _ForwardPlan:
             run = self.run = self._plan(xk)
         tables, channel, g_off, scratch_pool, nthreads = run
         scratch = scratch_pool.take()
-        _avg_pool.forward(self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
+        call = (self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
+        _avg_pool.forward(*call)
         scratch_pool.give(scratch)
         if self.launch is None:
-            # sources x 0, y 1; the scratch sits after the six tables and the channel flag
-            rec = Launch(_avg_pool.forward, (self.dt, xk, y4, *tables, channel, None, g_off, nthreads), 1)
-            rec.scratch(scratch_pool, 3 + len(tables) + 1)
-            self.launch = rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, y4) and rec
+            # this very call, recorded for _launch.Runner (sources x 0, y 1)
+            rec = Launch(_avg_pool.forward, call, 1)
+            self.launch = (rec.output(y) and rec.scratch(scratch_pool, scratch) and rec.view(1, 0, x, xk)
+                           and rec.view(2, 1, y, y4) and rec)
         return y
 
     def _plan(self, xk: np.ndarray) -> tuple:
@@ -428,27 +429,26 @@ class _BackwardPlan:
             gather = self.gather = _plan_gather(self.dt, self.ap, gok, gxk, self.mode, self.nthreads)
         args, offsets, pool, nthreads = gather
         scratch = pool.take()
-        _avg_pool.backward(self.dt, gxk, gok, *args, scratch, offsets, nthreads)
+        call = (self.dt, gxk, gok, *args, scratch, offsets, nthreads)
+        _avg_pool.backward(*call)
         pool.give(scratch)
         if not direct[0]:
             gx4[...] = target
         if self.launch is None:
-            self.launch = direct[0] and self._launch(grad_output, gx, gok, gxk, out is None)
+            self.launch = direct[0] and self._launch(call, pool, scratch, grad_output, gx, out is None)
         return gx
 
-    def _launch(self, grad_output: np.ndarray, gx: np.ndarray, gok: np.ndarray, gxk: np.ndarray,
-                allocates: bool) -> Launch | bool:
-        """The launch record of this plan's run (sources grad_output 0, x 1, grad_x 2), or False where a replay
-        could not do what the run does (a copy of grad_output, a large grad_x from the block cache)."""
-        assert self.gather is not None  # planned by the run that records
-        args, offsets, pool, nthreads = self.gather
-        rec = Launch(_avg_pool.backward, (self.dt, gxk, gok, *args, None, offsets, nthreads), 2)
-        rec.scratch(pool, 3 + len(args))
-        if allocates and not rec.output(gx):
+    def _launch(self, call: tuple[Any, ...], pool: ScratchPool, scratch: np.ndarray, grad_output: np.ndarray,
+                gx: np.ndarray, allocates: bool) -> Launch | bool:
+        """The launch record of this plan's kernel call ``call`` (sources grad_output 0, x 1, grad_x 2), or
+        False where a replay could not do what the run does (a copy of grad_output, a large grad_x from the block
+        cache)."""
+        rec = Launch(_avg_pool.backward, call, 2)
+        if not rec.scratch(pool, scratch) or (allocates and not rec.output(gx)):
             return False
         if not allocates:
             rec.takes_out((0, 1))
-        return rec.view(1, 2, gx, gxk) and rec.view(2, 0, grad_output, gok) and rec
+        return rec.view(1, 2, gx, call[1]) and rec.view(2, 0, grad_output, call[2]) and rec
 
 
 def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,

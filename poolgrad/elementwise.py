@@ -152,20 +152,21 @@ class _Plan:
             nthreads = threads_for(total, self.nthreads, _GRAIN)
             nblocks = 1 if nthreads == 1 else max(nthreads, min(total // _GRAIN, _BLOCKS_PER_THREAD * nthreads))
             run = self.run = (writable, offsets, shape, strides, nblocks, nthreads)
-        _elementwise.max_pooling_grad(self.dt, *arrays, *run[1:])
+        call = (self.dt, *arrays, *run[1:])
+        _elementwise.max_pooling_grad(*call)
         if target is not dx:
             dx[...] = target
         if self.launch is None:
-            self.launch = self._launch((dy, x, y, dx), arrays, out is None)
+            self.launch = self._launch(call, (dy, x, y, dx), arrays, out is None)
         return dx
 
-    def _launch(self, sources: tuple[np.ndarray, ...], views: list[np.ndarray], allocates: bool) -> Launch | bool:
+    def _launch(self, call: tuple[Any, ...], sources: tuple[np.ndarray, ...], views: list[np.ndarray],
+                allocates: bool) -> Launch | bool:
         """The launch record of this plan's kernel call (sources dy 0, x 1, y 2, dx 3; ``views`` the kernel's
         arrays), or False where a replay could not do what the run does (copies, a large dx from the block
         cache).  An ``out`` that is dy itself (allowed) meets dy's bytes, so those calls take the ordinary path."""
-        assert self.run is not None     # planned by the run that records
         # the kernel's struct addresses the four arrays only: later calls can run it from compiled code
-        rec = Launch(_elementwise.max_pooling_grad, (self.dt, *views, *self.run[1:]), 3, kernel_records=True)
+        rec = Launch(_elementwise.max_pooling_grad, call, 3, kernel_records=True)
         if allocates and not rec.output(sources[3]):
             return False
         if not allocates:

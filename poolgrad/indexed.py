@@ -98,8 +98,10 @@ class ArgmaxPlan:
         reads a copy of x or the outputs come from the block cache."""
         uniform = self.fast
         if isinstance(uniform, UniformArgmax) and uniform.ok:
-            rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, None), 1)
-            rec.scratch(uniform.scratch, uniform.SCRATCH)
+            marks = (object(), object(), object())     # stand-ins for the scratch rows, found by identity
+            rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, marks), 1)
+            if not rec.scratch(uniform.scratch, marks):
+                return False
         else:
             assert self.tables is not None     # made by the run that records
             win_h, win_w, nthreads = self.tables
@@ -138,13 +140,10 @@ class UniformArgmax:
         _max_pool_indices.argmax_forward_uniform(*self.args_for(xk, y4, ind4, scratch))
         self.scratch.give(scratch)
 
-    # where the three scratch rows go in args_for's list (for launch records)
-    SCRATCH = (14, 15, 16)
-
     def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
-                 scratch: tuple[np.ndarray, ...] | None) -> tuple[Any, ...]:
-        """Arguments of ``argmax_forward_uniform``: the arrays at 2, 3, 4, the scratch rows at SCRATCH."""
-        best, kidx, rows = scratch if scratch is not None else (None, None, None)
+                 scratch: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Arguments of ``argmax_forward_uniform`` (the arrays at 2, 3, 4), for run() and launch records."""
+        best, kidx, rows = scratch
         return (self.dt, self.it, xk, y4, ind4, *self.args, self.channel, best, kidx, rows, self.nthreads)
 
 

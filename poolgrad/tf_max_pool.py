@@ -324,22 +324,22 @@ def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, paddin
         fmt = pool.data_format
         if check:
             _check_orig_output(pool, x1, x2, nthreads)
-        args = _run_grad(pool, to_nchw(x1, fmt), to_nchw(grad, fmt), to_nchw(gx, fmt), nthreads)
+        called = _run_grad(pool, to_nchw(x1, fmt), to_nchw(grad, fmt), to_nchw(gx, fmt), nthreads)
         if "grad launch" not in pool.memo:
-            pool.memo["grad launch"] = not check and args is not None and _grad_launch(pool, args, x1, grad, gx,
-                                                                                        out is None, nthreads)
+            pool.memo["grad launch"] = (not check and called is not None
+                                        and _grad_launch(pool, *called, x1, grad, gx, out is None, nthreads))
         return gx
 
     return _Run(run, pool.memo, "grad launch"), (x1, x2, grad, out)
 
 
-def _grad_launch(pool: _Pool, args: tuple[Any, ...], x1: np.ndarray, grad: np.ndarray, gx: np.ndarray, allocates: bool,
-                 nthreads: int) -> Launch | bool:
-    """The launch record of the fused gradient's call ``args`` (sources x1 0, x2 1, grad 2, grad_x 3), or False
-    where a replay could not do what the run does (copies, a large grad_x from the block cache)."""
+def _grad_launch(pool: _Pool, args: tuple[Any, ...], taken: tuple[np.ndarray, np.ndarray], x1: np.ndarray,
+                 grad: np.ndarray, gx: np.ndarray, allocates: bool, nthreads: int) -> Launch | bool:
+    """The launch record of the fused gradient's call ``args``, which took the scratch set ``taken`` (sources x1
+    0, x2 1, grad 2, grad_x 3), or False where a replay could not do what the run does (copies, a large grad_x
+    from the block cache)."""
     rec = Launch(_tf_max_pool.max_pool_grad, args, 3)
-    rec.scratch(pool.memo[("grad", nthreads)][7], (13, 15))
-    if allocates and not rec.output(gx):
+    if not rec.scratch(pool.memo[("grad", nthreads)][7], taken) or (allocates and not rec.output(gx)):
         return False
     if not allocates:
         rec.takes_out((0, 1, 2))
@@ -380,9 +380,11 @@ def _run_grad_composed(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndar
     return True
 
 
-def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> tuple[Any, ...] | None:
+def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int,
+              ) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] | None:
     """Plan bands and rings (once per pool shape, see ``_Pool.memo``), prepare kernel-friendly views, run the
-    fused kernel.  Returns the kernel's arguments (None: the composed gradient ran)."""
+    fused kernel.  Returns the kernel's arguments and the scratch set they hold (None: the composed gradient
+    ran)."""
     if (channel_inner(x4) and x4.shape[1] < COMPOSE_MAX_C
             and _run_grad_composed(pool, x4, g4, gx4, nthreads)):
         return None
@@ -405,7 +407,7 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
     scratch_pool.give((scratch, columns))
     if target is not gx4:
         gx4[...] = target
-    return args
+    return args, (scratch, columns)
 
 
 def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, nthreads: int) -> tuple:
