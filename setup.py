@@ -278,7 +278,9 @@ class BuildExt(build_ext):
             ext.extra_compile_args = list(compile_args)
             ext.extra_link_args = list(link_args)
         try:
+            # include/ on Cython's path too: _capi cimports the public declarations of poolgrad_capi.pxd
             generated = cythonize(list(self.extensions), language_level=3, nthreads=jobs or None,
+                                  include_path=[os.path.join(PKG, "include")],
                                   compiler_directives={"boundscheck": False, "wraparound": False,
                                                        "cdivision": True, "initializedcheck": False,
                                                        "embedsignature": True})

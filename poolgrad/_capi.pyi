@@ -6,6 +6,8 @@ import numpy as np
 ABI_VERSION: int
 _C_API: object
 
+def gil_executes() -> int: ...
+
 class _Spec:
     name: str
     dtype: np.dtype[Any]

@@ -11,6 +11,7 @@ Two things live here because both must be cheap and neither may depend on an ope
   :class:`Plan`; see docs/C_API.md for what holds the GIL and what does not.
 """
 cimport numpy as cnp
+from poolgrad._launch cimport KernelCall, KernelRecord, Launch, Runner, run_kernel_call
 from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
@@ -124,7 +125,7 @@ cdef class Plan:
     cdef readonly bint has_out
     cdef readonly object deterministic
     cdef readonly int num_threads
-    cdef object _run
+    cdef Runner _run
     cdef bint _takes_out
     cdef int _n
     cdef _Spec _out_spec
@@ -136,7 +137,7 @@ cdef class Plan:
         if len(names) != len(arrays):
             raise ValueError("names and arrays differ in length")
         self.operator = operator
-        self._run = run
+        self._run = Runner(run)      # the plan's launch record once its first run has made one
         self.names = names
         self._n = len(names)
         specs = [_Spec(names[i], arrays[i], False) for i in range(self._n)]
@@ -163,8 +164,8 @@ cdef class Plan:
             raise ParamInvalidError(f"out: the plan was made without out=, so its calls allocate the result; "
                                     f"make a plan with out= to write into an array")
         if self._takes_out:
-            return self._run(*arrays, out)
-        return self._run(*arrays)
+            return self._run.call(arrays + (out,))
+        return self._run.call(arrays)
 
     def __repr__(self):
         sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.specs)
@@ -175,35 +176,12 @@ cdef class Plan:
 # The C API (layout and contract: include/poolgrad.h, docs/C_API.md)
 # ---------------------------------------------------------------------------------------------------------------
 
+# The public types and codes, declared once for extension authors (include/poolgrad_capi.pxd, on Cython's
+# include path in setup.py); only the function table's layout is private to this module.
+from poolgrad_capi cimport (POOLGRAD_ABI_VERSION, POOLGRAD_ERR_PARAM_INVALID, POOLGRAD_ERR_PARAM_NULLPTR,
+                            POOLGRAD_MAX_DIMS, POOLGRAD_OK, poolgrad_params, poolgrad_plan, poolgrad_tensor)
+
 cdef extern from "poolgrad.h" nogil:
-    enum:
-        POOLGRAD_ABI_VERSION
-        POOLGRAD_MAX_DIMS
-        POOLGRAD_OK
-        POOLGRAD_ERR_PARAM_NULLPTR
-        POOLGRAD_ERR_PARAM_INVALID
-    ctypedef struct poolgrad_tensor:
-        void *data
-        int dtype
-        int ndim
-        int64_t shape[8]
-        int64_t strides[8]
-    ctypedef struct poolgrad_params:
-        int64_t kernel[2]
-        int64_t stride[2]
-        int64_t padding[2]
-        int64_t dilation[2]
-        int ceil_mode
-        int count_include_pad
-        int64_t divisor_override
-        int cube_math_type
-        int layout
-        int tf_padding
-        int check_orig_output
-        int deterministic
-        int num_threads
-    ctypedef struct poolgrad_plan:
-        pass
     ctypedef struct poolgrad_capi:
         unsigned int abi_version
         unsigned int table_size
@@ -227,11 +205,15 @@ cdef extern from *:
         pg_capi_msg[n] = 0;
     }
     static const char *pg_capi_get_msg(void) { return pg_capi_msg; }
-    /* What the C side keeps of a plan: the Python Plan, and the signature execute compares without the GIL. */
+    /* What the C side keeps of a plan: the Python Plan, the signature execute compares without the GIL, and
+       the plan's kernel call when it could be captured below its dispatcher (record: the KernelRecord owning
+       kcall, a KernelCall that execute runs without the GIL). */
     typedef struct {
         PyObject *plan;
         int op, nin, nout, forward;
         poolgrad_tensor sig[4];
+        PyObject *record;
+        const void *kcall;
     } pg_capi_plan;
     """
     void pg_capi_set_msg(const char *text) nogil
@@ -240,6 +222,8 @@ cdef extern from *:
         PyObject *plan
         int op, nin, nout, forward
         poolgrad_tensor sig[4]
+        PyObject *record
+        const void *kcall
     void *malloc(size_t) nogil
     void free(void *) nogil
     int snprintf(char *, size_t, const char *, ...) nogil
@@ -271,7 +255,7 @@ _ITEM[:] = [0, 4, 8, 2, 2, 4, 8]
 _DTYPES = None      # dtype code -> numpy dtype, filled on first use (bfloat16 comes from ml_dtypes)
 
 
-def _dtype_of(int code):
+cpdef object _dtype_of(int code):
     global _DTYPES
     if _DTYPES is None:
         from poolgrad.dtypes import bfloat16
@@ -456,6 +440,8 @@ cdef int _plan_create(poolgrad_plan **plan_out, int op, const poolgrad_tensor *t
     if cp == NULL:
         return _fail(POOLGRAD_ERR_PARAM_INVALID, b"poolgrad_plan_create: out of memory")
     cp.op, cp.nin, cp.nout, cp.forward = op, nin, nout, op in (1, 3, 5, 7)
+    cp.record = NULL
+    cp.kcall = NULL
     for i in range(ntensors):
         cp.sig[i] = tensors[i]
         cp.sig[i].data = NULL
@@ -487,15 +473,80 @@ cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
                     raise ParamInvalidError(f"{names[cp.nin + i]}: expected shape {got.shape} and dtype "
                                             f"{got.dtype} for these inputs and parameters, got shape "
                                             f"{tuple(want.shape)} and dtype {want.dtype}")
+        else:
+            _capture_kernel(cp, plan, tensors)
         Py_INCREF(plan)
         cp.plan = <PyObject *>plan
         return POOLGRAD_OK
     except BaseException:
+        if cp.record != NULL:
+            Py_DECREF(<object>cp.record)
+            cp.record = NULL
+            cp.kcall = NULL
         return _python_error("poolgrad_plan_create(" + _OP_NAMES[cp.op] + ")")
+
+
+cdef int _capture_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *tensors) except -1:
+    """Give a backward plan its kernel call, which execute then runs without the GIL, where the operator's
+    kernel module can record one (see _launch.KernelRecord): runs on zero-filled examples of the signature -
+    the first makes the plan's launch record, the second (only where the record can go below the dispatcher)
+    captures the kernel call.  The examples' memory is distinct, so every pointer of the call is unambiguous."""
+    cdef int i
+    cdef Launch launch
+    examples = [_spec_of(&tensors[i]).example() for i in range(cp.nin + 1)]
+    plan(*examples[:cp.nin], out=examples[cp.nin])
+    rec = getattr(plan._run.plan, "launch", None)
+    if not isinstance(rec, Launch):
+        return 0
+    launch = <Launch>rec
+    if launch.kernel is None and not launch.tried_kernel:
+        plan(*examples[:cp.nin], out=examples[cp.nin])
+    if launch.kernel is None:
+        return 0
+    rec = launch.kernel
+    Py_INCREF(rec)
+    cp.record = <PyObject *>rec
+    cp.kcall = &(<KernelRecord>rec).call
+    return 0
+
+
+cdef bint _out_meets_an_input(const pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept nogil:
+    """Whether the output's bytes and some input's bytes overlap (as ranges: the exact test is NumPy's, on the
+    path that holds the GIL)."""
+    cdef int i
+    cdef char *lo
+    cdef char *hi
+    cdef char *lo2
+    cdef char *hi2
+    if not _span(&tensors[cp.nin], &lo, &hi):
+        return False
+    for i in range(cp.nin):
+        if _span(&tensors[i], &lo2, &hi2) and lo < hi2 and lo2 < hi:
+            return True
+    return False
+
+
+cdef bint _span(const poolgrad_tensor *t, char **lo, char **hi) noexcept nogil:
+    """Byte range [lo, hi) of a (validated) descriptor; False when it has no element."""
+    cdef int d
+    cdef int item = _ITEM[t.dtype]
+    cdef char *a = <char *>t.data
+    cdef char *b = a + item
+    for d in range(t.ndim):
+        if t.shape[d] == 0:
+            return False
+        if t.strides[d] >= 0:
+            b += t.strides[d] * item * (t.shape[d] - 1)
+        else:
+            a += t.strides[d] * item * (t.shape[d] - 1)
+    lo[0] = a
+    hi[0] = b
+    return True
 
 
 cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int ntensors) noexcept nogil:
     cdef char buf[512]
+    cdef char *data[4]
     cdef int i, d, status
     cdef pg_capi_plan *cp = <pg_capi_plan *>plan
     cdef const poolgrad_tensor *t
@@ -527,22 +578,55 @@ cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int 
         status = _check_tensor(b"poolgrad_plan_execute", t, i, True, buf)
         if status != POOLGRAD_OK:
             return _fail(status, buf)
+    # The kernel call, without the GIL, where the plan has one, every pointer is aligned to its item (the
+    # captured call was made from aligned arrays) and the output's bytes meet no input's.  Anything else - an
+    # overlap (an error, or max_pooling_grad in place), a misaligned pointer - takes the checked path below.
+    if cp.kcall != NULL and not _out_meets_an_input(cp, tensors):
+        for i in range(ntensors):
+            data[i] = <char *>tensors[i].data
+            if (<size_t>data[i]) % _ITEM[tensors[i].dtype] != 0:
+                return _run_python_plan(cp, tensors)
+        run_kernel_call(<const KernelCall *>cp.kcall, data)
+        pg_capi_set_msg(b"")
+        return POOLGRAD_OK
     return _run_python_plan(cp, tensors)
+
+
+cdef Py_ssize_t _gil_executes = 0     # executes that took the path below (read by tests: gil_executes())
+
+
+def gil_executes():
+    """How many ``poolgrad_plan_execute`` calls so far took the GIL (the others ran their captured kernel call
+    without it).  For tests and benchmarks."""
+    return _gil_executes
 
 
 cdef int _run_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept with gil:
     # The GIL is held only here; the kernels the plan calls release it while they run.
+    global _gil_executes
     cdef int i
-    cdef object plan = <object>cp.plan
+    cdef Plan plan = <Plan>cp.plan
+    cdef bint direct = True
+    _gil_executes += 1
     try:
-        ins = [_view_of(&tensors[i], False) for i in range(cp.nin)]
+        ins = tuple([_view_of(&tensors[i], False) for i in range(cp.nin)])
+        # execute has compared dtypes, shapes and strides with the plan's; where every pointer's alignment is the
+        # plan's too, the plan's own check would pass, so its runner runs the call directly (else the plan's
+        # check raises its message)
+        for i in range(cp.nin + (0 if cp.forward else 1)):
+            if ((<size_t>tensors[i].data) % _ITEM[tensors[i].dtype] == 0) != (<_Spec>plan.specs[i]).aligned:
+                direct = False
         if cp.forward:
-            res = plan(*ins)
+            res = plan._run.call(ins) if direct else plan(*ins)
             res = res if type(res) is tuple else (res,)
             for i in range(cp.nout):
                 cnp.PyArray_CopyInto(_view_of(&tensors[cp.nin + i], True), res[i])
         else:
-            plan(*ins, out=_view_of(&tensors[cp.nin], True))
+            out = _view_of(&tensors[cp.nin], True)
+            if direct:
+                plan._run.call(ins + (out,))
+            else:
+                plan(*ins, out=out)
         pg_capi_set_msg(b"")
         return POOLGRAD_OK
     except BaseException:
@@ -555,6 +639,8 @@ cdef void _plan_destroy(poolgrad_plan *plan) noexcept nogil:
         return
     with gil:
         Py_DECREF(<object>cp.plan)
+        if cp.record != NULL:
+            Py_DECREF(<object>cp.record)
     free(cp)
 
 

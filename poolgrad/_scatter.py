@@ -2,9 +2,12 @@
 adaptive_max_pool2d_backward (kernels in ``_max_pool_indices.pyx``)."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from . import _max_pool_indices
+from ._launch import Launch
 from .errors import ParamInvalidError
 from .memory import ScratchPool, thread_rows
 from .planning import channel_inner, split_evenly, threads_for
@@ -74,6 +77,7 @@ class ScatterPlan:
         self.gather = (channel and col_lo is not None and not self.empty_window
                        and not np.any(col_hi <= col_lo))
         self.col_lo, self.col_hi = col_lo, col_hi
+        self.last_pass: Callable[..., None] | None = None    # the fast pass run() called last
         elems = self.scratch_elems
         self.scratch = ScratchPool((lambda: thread_rows(self.nthreads, elems, np.float32)) if elems else _no_scratch)
 
@@ -82,8 +86,7 @@ class ScatterPlan:
 
         Raises ParamInvalidError naming the first (row-major) index outside ``[0, H*W)``."""
         if self.gather:
-            bad = _max_pool_indices.gather_backward_cl(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
-                                                       self.col_lo, self.col_hi, self.nthreads)
+            bad = _max_pool_indices.gather_backward_cl(*self.gather_args(go4, ind4, gx4))
             if bad is not None:
                 if bad:
                     self.fallback(go4, ind4, gx4)
@@ -92,12 +95,48 @@ class ScatterPlan:
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
             scratch = self.scratch.take()
-            _max_pool_indices.scatter_backward(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
-                                               self.part, self.band_oa, self.band_ob, self.channel,
-                                               not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
+            fn, args = self.fast_pass(go4, ind4, gx4, scratch, flags, prezeroed)
+            fn(*args)
+            self.last_pass = fn
             self.scratch.give(scratch)
         if self.empty_window or np.count_nonzero(flags):
             self.fallback(go4, ind4, gx4)
+
+    # Kernel views in the argument lists below (and so in launch records): grad_x, grad_output, indices.
+    GX, GO, IND = 2, 3, 4
+
+    def gather_args(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> tuple[Any, ...]:
+        """Arguments of ``gather_backward_cl`` for these kernel views."""
+        return (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.col_lo, self.col_hi,
+                self.nthreads)
+
+    def fast_pass(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray, scratch: Any, flags: Any,
+                  prezeroed: bool) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        """The scatter's fast pass - kernel and arguments - chosen here only, for run() and for the launch
+        records that replay it."""
+        return (_max_pool_indices.scatter_backward,
+                (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
+                 self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed))
+
+    def launch(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> Launch | None:
+        """A launch record of :meth:`run` over views like these, with sources grad_output 0, x 1, indices 2 and
+        grad_x 3 (the caller adds the views at GX, GO and IND), or None where run() does more than one kernel
+        call (windows without input rows)."""
+        if self.gather:
+            rec = Launch(_max_pool_indices.gather_backward_cl, self.gather_args(go4, ind4, gx4), 3)
+            rec.expect_false()
+        elif self.empty_window:
+            return None
+        else:
+            # stand-ins for the per-call scratch set and flags, which the record finds by identity
+            scratch, flags = object(), object()
+            fn, args = self.fast_pass(go4, ind4, gx4, scratch, flags, False)
+            if fn is not self.last_pass:      # run() called another kernel: this record would not be its call
+                return None
+            rec = Launch(fn, args, 3)
+            if not (rec.scratch(self.scratch, scratch) and rec.flags(flags, self.items)):
+                return None
+        return rec
 
     def fallback(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> None:
         """Some index lies outside its window's rows (legal) or outside the plane (an error): redo every plane

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _avg_pool
+from ._launch import Launch
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view, round_hf32
 from .errors import ParamInvalidError
@@ -279,6 +280,8 @@ class _ForwardPlan:
         C = to_nchw(x, layout).shape[1]
         self.order = OutputLayout(x, logical_shape(x, layout, C, *ap.out))
         self.run: tuple | None = None
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.launch: Launch | bool | None = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         y = self.order.empty(x.dtype)
@@ -292,8 +295,14 @@ class _ForwardPlan:
             run = self.run = self._plan(xk)
         tables, channel, g_off, scratch_pool, nthreads = run
         scratch = scratch_pool.take()
-        _avg_pool.forward(self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
+        call = (self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
+        _avg_pool.forward(*call)
         scratch_pool.give(scratch)
+        if self.launch is None:
+            # this very call, recorded for _launch.Runner (sources x 0, y 1)
+            rec = Launch(_avg_pool.forward, call, 1)
+            self.launch = (rec.output(y) and rec.scratch(scratch_pool, scratch) and rec.view(1, 0, x, xk)
+                           and rec.view(2, 1, y, y4) and rec)
         return y
 
     def _plan(self, xk: np.ndarray) -> tuple:
@@ -395,6 +404,8 @@ class _BackwardPlan:
         self.order = OutputLayout(x, x.shape)
         self.direct: tuple[bool, bool] | None = None
         self.gather: tuple | None = None
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.launch: Launch | bool | None = None
 
     def __call__(self, grad_output: np.ndarray, x: np.ndarray, out: Any) -> np.ndarray:
         if out is None:
@@ -418,11 +429,26 @@ class _BackwardPlan:
             gather = self.gather = _plan_gather(self.dt, self.ap, gok, gxk, self.mode, self.nthreads)
         args, offsets, pool, nthreads = gather
         scratch = pool.take()
-        _avg_pool.backward(self.dt, gxk, gok, *args, scratch, offsets, nthreads)
+        call = (self.dt, gxk, gok, *args, scratch, offsets, nthreads)
+        _avg_pool.backward(*call)
         pool.give(scratch)
         if not direct[0]:
             gx4[...] = target
+        if self.launch is None:
+            self.launch = direct[0] and self._launch(call, pool, scratch, grad_output, gx, out is None)
         return gx
+
+    def _launch(self, call: tuple[Any, ...], pool: ScratchPool, scratch: np.ndarray, grad_output: np.ndarray,
+                gx: np.ndarray, allocates: bool) -> Launch | bool:
+        """The launch record of this plan's kernel call ``call`` (sources grad_output 0, x 1, grad_x 2), or
+        False where a replay could not do what the run does (a copy of grad_output, a large grad_x from the block
+        cache)."""
+        rec = Launch(_avg_pool.backward, call, 2)
+        if not rec.scratch(pool, scratch) or (allocates and not rec.output(gx)):
+            return False
+        if not allocates:
+            rec.takes_out((0, 1))
+        return rec.view(1, 2, gx, call[1]) and rec.view(2, 0, grad_output, call[2]) and rec
 
 
 def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode: int,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _elementwise
+from ._launch import Launch
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
@@ -122,6 +123,8 @@ class _Plan:
         self.dt, self.nthreads = dt, nthreads
         self.order = OutputLayout(dy, dy.shape)
         self.run: tuple | None = None
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.launch: Launch | bool | None = None
 
     def __call__(self, dy: np.ndarray, x: np.ndarray, y: np.ndarray, out: Any) -> np.ndarray:
         if out is None:
@@ -149,10 +152,26 @@ class _Plan:
             nthreads = threads_for(total, self.nthreads, _GRAIN)
             nblocks = 1 if nthreads == 1 else max(nthreads, min(total // _GRAIN, _BLOCKS_PER_THREAD * nthreads))
             run = self.run = (writable, offsets, shape, strides, nblocks, nthreads)
-        _elementwise.max_pooling_grad(self.dt, *arrays, *run[1:])
+        call = (self.dt, *arrays, *run[1:])
+        _elementwise.max_pooling_grad(*call)
         if target is not dx:
             dx[...] = target
+        if self.launch is None:
+            self.launch = self._launch(call, (dy, x, y, dx), arrays, out is None)
         return dx
+
+    def _launch(self, call: tuple[Any, ...], sources: tuple[np.ndarray, ...], views: list[np.ndarray],
+                allocates: bool) -> Launch | bool:
+        """The launch record of this plan's kernel call (sources dy 0, x 1, y 2, dx 3; ``views`` the kernel's
+        arrays), or False where a replay could not do what the run does (copies, a large dx from the block
+        cache).  An ``out`` that is dy itself (allowed) meets dy's bytes, so those calls take the ordinary path."""
+        # the kernel's struct addresses the four arrays only: later calls can run it from compiled code
+        rec = Launch(_elementwise.max_pooling_grad, call, 3, kernel_records=True)
+        if allocates and not rec.output(sources[3]):
+            return False
+        if not allocates:
+            rec.takes_out((0, 1, 2))
+        return all(rec.view(1 + k, k, sources[k], views[k]) for k in range(4)) and rec
 
 
 def _kernel_writable(arr: np.ndarray) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _max_pool_indices
+from ._launch import Launch
 from ._scatter import ScatterPlan
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
@@ -47,6 +48,8 @@ class ArgmaxPlan:
         self.nthreads = nthreads
         self.tables: tuple | None = None
         self.fast: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
+        # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
+        self.launch: Launch | bool | None = None
 
     def _tables(self, y_size: int) -> tuple:
         win_h, win_w = self.windows()
@@ -78,10 +81,35 @@ class ArgmaxPlan:
         if fast and fast.ok:
             fast.run(xk, y4, ind4)
         else:
-            _max_pool_indices.argmax_forward(self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"],
-                                             self.step[0], win_w["start"], win_w["count"], self.step[1],
-                                             channel_inner(xk), nthreads)
+            _max_pool_indices.argmax_forward(*self._window_args(xk, y4, ind4, win_h, win_w, nthreads))
+        if self.launch is None:
+            self.launch = self._launch(x, y, ind, xk, y4, ind4)
         return y, ind
+
+    def _window_args(self, xk: np.ndarray, y4: np.ndarray, ind4: np.ndarray, win_h: dict[str, np.ndarray],
+                     win_w: dict[str, np.ndarray], nthreads: int) -> tuple[Any, ...]:
+        """Arguments of the per-window kernel (``argmax_forward``): the arrays at 2, 3, 4."""
+        return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], self.step[0], win_w["start"],
+                win_w["count"], self.step[1], channel_inner(xk), nthreads)
+
+    def _launch(self, x: np.ndarray, y: np.ndarray, ind: np.ndarray, xk: np.ndarray, y4: np.ndarray,
+                ind4: np.ndarray) -> Launch | bool:
+        """The launch record of this plan's kernel call (sources x 0, y 1, indices 2), or False when the kernel
+        reads a copy of x or the outputs come from the block cache."""
+        uniform = self.fast
+        if isinstance(uniform, UniformArgmax) and uniform.ok:
+            marks = (object(), object(), object())     # stand-ins for the scratch rows, found by identity
+            rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, marks), 1)
+            if not rec.scratch(uniform.scratch, marks):
+                return False
+        else:
+            assert self.tables is not None     # made by the run that records
+            win_h, win_w, nthreads = self.tables
+            rec = Launch(_max_pool_indices.argmax_forward,
+                         self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
+        ok = (rec.output(y) and rec.output(ind) and rec.view(2, 0, x, xk) and rec.view(3, 1, y, y4)
+              and rec.view(4, 2, ind, ind4))
+        return rec if ok else False
 
 
 class UniformArgmax:
@@ -109,9 +137,14 @@ class UniformArgmax:
 
     def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray) -> None:
         scratch = self.scratch.take()
-        _max_pool_indices.argmax_forward_uniform(self.dt, self.it, xk, y4, ind4, *self.args, self.channel,
-                                                 *scratch, self.nthreads)
+        _max_pool_indices.argmax_forward_uniform(*self.args_for(xk, y4, ind4, scratch))
         self.scratch.give(scratch)
+
+    def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
+                 scratch: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Arguments of ``argmax_forward_uniform`` (the arrays at 2, 3, 4), for run() and launch records."""
+        best, kidx, rows = scratch
+        return (self.dt, self.it, xk, y4, ind4, *self.args, self.channel, best, kidx, rows, self.nthreads)
 
 
 def uniform_argmax(dt: str, it: str, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray,
@@ -150,6 +183,8 @@ class ScatterBackwardPlan:
         self.col_lo, self.col_hi = win_w["lo"], win_w["hi"]
         self.order = OutputLayout(x, x.shape)
         self.scatter: ScatterPlan | None = None     # planned on the first run, from the kernel views' strides
+        # the first run's kernel call, recorded for _launch.Runner, which replays it on later calls
+        self.launch: Launch | bool | None = None
 
     def __call__(self, grad_output: np.ndarray, x: np.ndarray, indices: np.ndarray, out: Any) -> np.ndarray:
         # A large output allocated here may be freshly mapped memory, whose pages the OS zero-fills on first
@@ -182,4 +217,20 @@ class ScatterBackwardPlan:
         scatter.run(gok, ind4, gxk, prezeroed=fresh_zeros and direct_out)
         if not direct_out:
             gx4[...] = target
+        if self.launch is None:
+            self.launch = self._launch(scatter, grad_output, indices, gx, gok, ind4, gxk, out is None)
         return gx
+
+    def _launch(self, scatter: ScatterPlan, grad_output: np.ndarray, indices: np.ndarray, gx: np.ndarray,
+                gok: np.ndarray, ind4: np.ndarray, gxk: np.ndarray, allocates: bool) -> Launch | bool:
+        """The launch record of this plan's run (sources grad_output 0, x 1, indices 2, grad_x 3), or False
+        where a replay could not do what the run does: a copy of an array, a large grad_x (it comes from the
+        block cache), an exact pass after the fast one."""
+        rec = scatter.launch(gok, ind4, gxk)
+        if rec is None or (allocates and not rec.output(gx)):
+            return False
+        if not allocates:
+            rec.takes_out((0, 1, 2))
+        ok = (rec.view(scatter.GX, 3, gx, gxk) and rec.view(scatter.GO, 0, grad_output, gok)
+              and rec.view(scatter.IND, 2, indices, ind4))
+        return rec if ok else False

@@ -19,14 +19,19 @@ determinism setting and ``omp_get_max_threads()`` of that moment), so later chan
 existing plan.  A plan made with ``out=`` must be called with an ``out`` of the same signature (it is written and
 returned); a plan made without one allocates its result and refuses ``out``.
 
+After its first call a plan replays that call's recorded kernel call (``poolgrad._launch``: outputs, kernel views
+and the dispatcher call in compiled code, or below the dispatcher where the kernel module records its struct) and
+falls back to the operator's own run whenever the data needs a check's message.
+
 Thread safety: a plan holds no per-call state.  Its scratch arrays come from a pool per plan (a run takes a set no
-other run holds and gives it back), decisions taken on the first run are idempotent, and the kernels release the
-GIL, so several Python threads may call one plan at once.
+other run holds and gives it back), decisions taken on the first run are idempotent, the launch record is
+read-only once made (each replay copies what it fills in), and the kernels release the GIL, so several Python
+threads may call one plan at once.
 """
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -146,58 +151,63 @@ def _make(op: str, names: tuple[str, ...], args: tuple, out: Any, planner: Calla
     return Plan(op, run, names, examples, out_ex, backward, det, nthreads)
 
 
+F = TypeVar("F", bound=Callable[..., Plan])
+
+
+def _documented(arrays: tuple[str, ...], params: str | None, result: str, note: str = "") -> Callable[[F], F]:
+    """Give a factory its docstring, written once here for all nine: ``arrays`` are the array arguments of a
+    call, ``params`` the operator's other arguments, ``result`` what a call returns, ``note`` a sentence about
+    the parameters (e.g. which of them still depends on the data)."""
+
+    def apply(factory: F) -> F:
+        op = factory.__name__[len("plan_"):]
+        forward = op in ("max_pool2d_with_indices", "adaptive_max_pool2d", "avg_pool2d", "max_pool")
+        call = ", ".join(arrays)
+        lines = [f"Plan :func:`poolgrad.{op}`; called as ``plan({call})``"
+                 + ("" if forward else " (``out=`` too when made with one)") + f", returns ``{result}``.",
+                 "", "Parameters", "----------",
+                 f"{call} : numpy.ndarray or ArraySpec",
+                 "    Examples of the arrays every call will pass (their values are not read) or their signatures."]
+        if params:
+            lines += [params, f"    As for :func:`poolgrad.{op}`." + (f" {note}" if note else "")]
+        if forward:
+            lines += ["num_threads", "    As for the operator, resolved now (None: ``omp_get_max_threads()`` of this"
+                      " moment)."]
+        else:
+            lines += ["out : numpy.ndarray or ArraySpec, optional",
+                      f"    The signature of every call's ``out``; None: calls allocate ``{result}``."
+                      + (f" {note}" if note and not params else ""),
+                      "deterministic, num_threads",
+                      "    As for the operator, resolved now (None: the process-wide setting /"
+                      " ``omp_get_max_threads()`` of this moment)."]
+        lines += ["", "Returns", "-------", "Plan", "    Raises what the operator raises for these arguments."]
+        factory.__doc__ = "\n".join(lines)
+        return factory
+
+    return apply
+
+
 # ---- max pooling with indices ----
 
+@_documented(("x",), "kernel_size, stride, padding, dilation, ceil_mode, layout, index_dtype", "(y, indices)")
 def plan_max_pool2d_with_indices(x: ArrayOrSpec, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                                  padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False, *,
                                  layout: str = "NCHW", index_dtype: Any = np.int64,
                                  num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.max_pool2d_with_indices`; the plan is called as ``plan(x)`` and returns
-    ``(y, indices)``.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or ArraySpec
-        An example input (its values are not read) or its signature.
-    kernel_size, stride, padding, dilation, ceil_mode, layout, index_dtype, num_threads
-        As for :func:`poolgrad.max_pool2d_with_indices` (``num_threads=None`` is resolved now).
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("max_pool2d_with_indices", ("x",), (x,), None,
                  lambda ex, out, det, nt: max_pool_indices._plan_forward(
                      ex[0], kernel_size, stride, padding, dilation, ceil_mode, layout, index_dtype, nt),
                  None, num_threads, False)
 
 
+@_documented(("grad_output", "x", "indices"), "kernel_size, stride, padding, dilation, ceil_mode, layout",
+             "grad_x")
 def plan_max_pool2d_with_indices_backward(grad_output: ArrayOrSpec, x: ArrayOrSpec, indices: ArrayOrSpec,
                                           kernel_size: IntOrPair, stride: IntOrPair | None = None,
                                           padding: IntOrPair = 0, dilation: IntOrPair = 1,
                                           ceil_mode: bool = False, *, layout: str = "NCHW",
                                           out: ArrayOrSpec | None = None, deterministic: bool | None = None,
                                           num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.max_pool2d_with_indices_backward`; called as ``plan(grad_output, x, indices)``
-    (``out=`` too when made with one), returns ``grad_x``.
-
-    Parameters
-    ----------
-    grad_output, x, indices : numpy.ndarray or ArraySpec
-        Examples (values not read) or signatures of the arrays every call will pass.
-    kernel_size, stride, padding, dilation, ceil_mode, layout
-        As for :func:`poolgrad.max_pool2d_with_indices_backward`.
-    out : numpy.ndarray or ArraySpec, optional
-        The signature of the ``out`` every call will pass; None: calls allocate ``grad_x``.
-    deterministic, num_threads
-        As for the operator, resolved now (None: the current process-wide setting / ``omp_get_max_threads()``).
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("max_pool2d_with_indices_backward", ("grad_output", "x", "indices"), (grad_output, x, indices),
                  out, lambda ex, o, det, nt: max_pool_indices._plan_backward(
                      *ex, kernel_size, stride, padding, dilation, ceil_mode, layout, o, det, nt),
@@ -206,49 +216,18 @@ def plan_max_pool2d_with_indices_backward(grad_output: ArrayOrSpec, x: ArrayOrSp
 
 # ---- adaptive max pooling ----
 
+@_documented(("x",), "output_size, layout, index_dtype", "(y, indices)")
 def plan_adaptive_max_pool2d(x: ArrayOrSpec, output_size: int | Sequence[int | None], *, layout: str = "NCHW",
                              index_dtype: Any = np.int64, num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.adaptive_max_pool2d`; called as ``plan(x)``, returns ``(y, indices)``.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or ArraySpec
-        An example input (values not read) or its signature.
-    output_size, layout, index_dtype, num_threads
-        As for :func:`poolgrad.adaptive_max_pool2d` (``num_threads=None`` is resolved now).
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("adaptive_max_pool2d", ("x",), (x,), None,
                  lambda ex, out, det, nt: adaptive._plan_forward(ex[0], output_size, layout, index_dtype, nt),
                  None, num_threads, False)
 
 
+@_documented(("grad_output", "x", "indices"), "layout", "grad_x")
 def plan_adaptive_max_pool2d_backward(grad_output: ArrayOrSpec, x: ArrayOrSpec, indices: ArrayOrSpec, *,
                                       layout: str = "NCHW", out: ArrayOrSpec | None = None,
                                       deterministic: bool | None = None, num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.adaptive_max_pool2d_backward`; called as ``plan(grad_output, x, indices)``
-    (``out=`` too when made with one), returns ``grad_x``.
-
-    Parameters
-    ----------
-    grad_output, x, indices : numpy.ndarray or ArraySpec
-        Examples (values not read) or signatures.
-    layout
-        As for the operator.
-    out : numpy.ndarray or ArraySpec, optional
-        The signature of every call's ``out``; None: calls allocate ``grad_x``.
-    deterministic, num_threads
-        As for the operator, resolved now.
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("adaptive_max_pool2d_backward", ("grad_output", "x", "indices"), (grad_output, x, indices), out,
                  lambda ex, o, det, nt: adaptive._plan_backward(*ex, layout, o, det, nt),
                  deterministic, num_threads, True)
@@ -256,24 +235,12 @@ def plan_adaptive_max_pool2d_backward(grad_output: ArrayOrSpec, x: ArrayOrSpec, 
 
 # ---- average pooling ----
 
+@_documented(("x",), "kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layout",
+             "y")
 def plan_avg_pool2d(x: ArrayOrSpec, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                     padding: IntOrPair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                     divisor_override: int | None = None, *, layout: str = "NCHW",
                     num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.avg_pool2d`; called as ``plan(x)``, returns ``y``.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or ArraySpec
-        An example input (values not read) or its signature.
-    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layout, num_threads
-        As for :func:`poolgrad.avg_pool2d` (``num_threads=None`` is resolved now).
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("avg_pool2d", ("x",), (x,), None,
                  lambda ex, out, det, nt: avg_pool._plan_forward(
                      ex[0], kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layout,
@@ -281,30 +248,13 @@ def plan_avg_pool2d(x: ArrayOrSpec, kernel_size: IntOrPair, stride: IntOrPair | 
                  None, num_threads, False)
 
 
+@_documented(("grad_output", "x"), "kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "
+             "cube_math_type, layout", "grad_x")
 def plan_avg_pool2d_backward(grad_output: ArrayOrSpec, x: ArrayOrSpec, kernel_size: IntOrPair,
                              stride: IntOrPair | None = None, padding: IntOrPair = 0, ceil_mode: bool = False,
                              count_include_pad: bool = True, divisor_override: int | None = None,
                              cube_math_type: int = 0, *, layout: str = "NCHW", out: ArrayOrSpec | None = None,
                              deterministic: bool | None = None, num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.avg_pool2d_backward`; called as ``plan(grad_output, x)`` (``out=`` too when made
-    with one), returns ``grad_x``.
-
-    Parameters
-    ----------
-    grad_output, x : numpy.ndarray or ArraySpec
-        Examples (values not read) or signatures.
-    kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, cube_math_type, layout
-        As for the operator.
-    out : numpy.ndarray or ArraySpec, optional
-        The signature of every call's ``out``; None: calls allocate ``grad_x``.
-    deterministic, num_threads
-        As for the operator, resolved now.
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("avg_pool2d_backward", ("grad_output", "x"), (grad_output, x), out,
                  lambda ex, o, det, nt: avg_pool._plan_backward(
                      *ex, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
@@ -314,51 +264,21 @@ def plan_avg_pool2d_backward(grad_output: ArrayOrSpec, x: ArrayOrSpec, kernel_si
 
 # ---- TensorFlow max pooling ----
 
+@_documented(("x",), "ksize, strides, padding, data_format", "y")
 def plan_max_pool(x: ArrayOrSpec, ksize: Sequence[int], strides: Sequence[int], padding: str | bytes,
                   data_format: str = "NHWC", *, num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.max_pool` (TensorFlow MaxPool); called as ``plan(x)``, returns ``y``.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or ArraySpec
-        An example input (values not read) or its signature.
-    ksize, strides, padding, data_format, num_threads
-        As for :func:`poolgrad.max_pool` (``num_threads=None`` is resolved now).
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("max_pool", ("x",), (x,), None,
                  lambda ex, out, det, nt: tf_max_pool._plan_forward(ex[0], ksize, strides, padding, data_format,
                                                                     nt),
                  None, num_threads, False)
 
 
+@_documented(("x1", "x2", "grad"), "ksize, strides, padding, data_format, check_orig_output", "grad_x1",
+             note="``check_orig_output`` compares ``x2`` on every call (it depends on the data).")
 def plan_max_pool_grad(x1: ArrayOrSpec, x2: ArrayOrSpec, grad: ArrayOrSpec, ksize: Sequence[int],
                        strides: Sequence[int], padding: str | bytes, data_format: str = "NHWC", *,
                        check_orig_output: bool = False, out: ArrayOrSpec | None = None,
                        deterministic: bool | None = None, num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.max_pool_grad` (TensorFlow MaxPoolGrad); called as ``plan(x1, x2, grad)``
-    (``out=`` too when made with one), returns ``grad_x1``.
-
-    Parameters
-    ----------
-    x1, x2, grad : numpy.ndarray or ArraySpec
-        Examples (values not read) or signatures.
-    ksize, strides, padding, data_format, check_orig_output
-        As for the operator (``check_orig_output`` compares ``x2`` on every call: it depends on the data).
-    out : numpy.ndarray or ArraySpec, optional
-        The signature of every call's ``out``; None: calls allocate ``grad_x1``.
-    deterministic, num_threads
-        As for the operator, resolved now.
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("max_pool_grad", ("x1", "x2", "grad"), (x1, x2, grad), out,
                  lambda ex, o, det, nt: tf_max_pool._plan_backward(
                      *ex, ksize, strides, padding, data_format, check_orig_output, o, det, nt),
@@ -367,25 +287,9 @@ def plan_max_pool_grad(x1: ArrayOrSpec, x2: ArrayOrSpec, grad: ArrayOrSpec, ksiz
 
 # ---- element-wise max pooling gradient ----
 
+@_documented(("dy", "x", "y"), None, "dx", note="At call time ``out`` may be ``dy`` itself.")
 def plan_max_pooling_grad(dy: ArrayOrSpec, x: ArrayOrSpec, y: ArrayOrSpec, *, out: ArrayOrSpec | None = None,
                           deterministic: bool | None = None, num_threads: int | None = None) -> Plan:
-    """Plan :func:`poolgrad.max_pooling_grad`; called as ``plan(dy, x, y)`` (``out=`` too when made with one),
-    returns ``dx``.
-
-    Parameters
-    ----------
-    dy, x, y : numpy.ndarray or ArraySpec
-        Examples (values not read) or signatures.
-    out : numpy.ndarray or ArraySpec, optional
-        The signature of every call's ``out`` (which may be ``dy`` itself at call time); None: calls allocate.
-    deterministic, num_threads
-        As for the operator, resolved now.
-
-    Returns
-    -------
-    Plan
-        Raises what the operator raises for these arguments.
-    """
     return _make("max_pooling_grad", ("dy", "x", "y"), (dy, x, y), out,
                  lambda ex, o, det, nt: elementwise._plan(*ex, o, det, nt),
                  deterministic, num_threads, True)

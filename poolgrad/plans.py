@@ -12,15 +12,20 @@ would take the same decisions and raise the same errors, so a cached plan is run
 None (an argument that is not a plain ndarray or of an unusual parameter type) is planned every time and never
 cached: errors and messages are exactly those of planning.
 
-Plans hold no per-call state (scratch arrays are allocated by each run), so one plan serves several Python threads
-at once.  The cache holds at most :data:`MAX_PLANS` plans; when full it is emptied (a workload that cycles through
-more shapes than that pays planning again, nothing more).
+The cache holds each plan in a :class:`~poolgrad._launch.Runner`: once the plan's first run has recorded its
+kernel call (the plan's ``launch``), later calls replay that record in compiled code and fall back to the plan
+itself whenever the data needs its checks (see ``_launch.pyx``).
+
+Plans hold no per-call state (scratch sets are taken from pools, launch records are read-only once made), so one
+plan serves several Python threads at once.  The cache holds at most :data:`MAX_PLANS` plans; when full it is
+emptied (a workload that cycles through more shapes than that pays planning again, nothing more).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ._callkey import make_key
+from ._launch import Runner
 
 __all__ = ["MAX_PLANS", "call", "clear", "plan_count", "make_key", "OP_IDS"]
 
@@ -33,7 +38,7 @@ OP_IDS = {name: i for i, name in enumerate((
 # Enough for every pooling layer of the biggest common CNNs in both directions, several batch sizes and dtypes.
 MAX_PLANS = 1024
 
-_plans: dict[tuple, Callable[..., Any]] = {}
+_plans: dict[tuple, Runner] = {}
 
 
 def call(key: tuple | None, arrays: tuple, build: Callable[[], tuple[Callable[..., Any], tuple]]) -> Any:
@@ -41,15 +46,16 @@ def call(key: tuple | None, arrays: tuple, build: Callable[[], tuple[Callable[..
     (raising what the operator raises) and returns the plan and the validated arrays to run it on.  The plan is
     cached when ``key`` is not None."""
     if key is not None:
-        plan = _plans.get(key)
-        if plan is not None:
-            return plan(*arrays)
+        runner = _plans.get(key)
+        if runner is not None:
+            return runner(*arrays)
     plan, arrays = build()
-    if key is not None:
-        if len(_plans) >= MAX_PLANS:
-            _plans.clear()
-        _plans[key] = plan
-    return plan(*arrays)
+    if key is None:
+        return plan(*arrays)
+    if len(_plans) >= MAX_PLANS:
+        _plans.clear()
+    runner = _plans[key] = Runner(plan)
+    return runner(*arrays)
 
 
 def clear() -> None:

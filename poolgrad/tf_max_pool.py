@@ -17,18 +17,20 @@ Both functions run the kernels of ``_tf_max_pool.pyx`` (see its docstring for th
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import _tf_max_pool
+from ._launch import Launch
 from ._scatter import scatter_grad
 from .config import resolve_deterministic, resolve_num_threads
 from .dtypes import kernel_view
 from .errors import ParamInvalidError
 from .geometry import tf_output_size, tf_windows, to_nchw
 from .indexed import uniform_argmax
-from .memory import OutputLayout, ScratchPool, alloc_like_order, kernel_friendly, kernel_input, kernel_output, thread_rows
+from .memory import (OutputLayout, ScratchPool, alloc_like_order, kernel_friendly, kernel_input, kernel_output,
+                     thread_rows)
 from .plans import OP_IDS, call, make_key
 from .planning import channel_inner, threads_for
 from .validation import (as_array, check_dtype, check_rank, parse_bool, parse_layout, parse_tf_padding,
@@ -103,7 +105,7 @@ class _Pool:
         self.out_shape = (N, C, Ho, Wo) if self.data_format == "NCHW" else (N, Ho, Wo, C)
         # Planning results for this shape (kernel choices, bands, rings), filled on first use and shared by every
         # rebound copy: a plan's calls all have x's shape, strides and flags (see plans.py).
-        self.memo: dict[str, Any] = {}
+        self.memo: dict[Any, Any] = {}
 
     def forget_data(self) -> None:
         """Drop the array of the call that built this pool: a cached plan keeps the pool, and must not keep a
@@ -161,9 +163,16 @@ class _Pool:
             win_h = int(np.max(self.hhi - self.hlo))
             plan = self.memo[("forward", nthreads)] = (part, win_h, self.plane_vector_run(W), threads)
         part, win_h, vec, threads = plan
-        _tf_max_pool.max_pool(self.dt, kernel_view(x4), kernel_view(to_nchw(y, self.data_format)), self.hlo,
-                              self.hhi, self.wlo, self.whi, part, channel, np.zeros(win_h, np.int32), *vec,
-                              threads)
+        xk, yk = kernel_view(x4), kernel_view(to_nchw(y, self.data_format))
+        args = (self.dt, xk, yk, self.hlo, self.hhi, self.wlo, self.whi, part, channel, np.zeros(win_h, np.int32),
+                *vec, threads)
+        _tf_max_pool.max_pool(*args)
+        if ("launch", nthreads) not in self.memo:
+            # the first run's kernel call, recorded for _launch.Runner (sources x 0, y 1; the int32 zeros are
+            # only read)
+            rec = Launch(_tf_max_pool.max_pool, args, 1)
+            self.memo[("launch", nthreads)] = (rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, yk)
+                                               and rec)
         return y
 
 
@@ -223,7 +232,24 @@ def _plan_forward(x: Any, ksize: Any, strides: Any, padding: Any, data_format: A
     nthreads = resolve_num_threads(num_threads)
     x = pool.x
     pool.forget_data()
-    return (lambda x: pool.forward(x, nthreads)), (x,)
+    return _Run(lambda x: pool.forward(x, nthreads), pool.memo, ("launch", nthreads)), (x,)
+
+
+class _Run:
+    """A plan's run function, with the launch record (``launch``, read by ``_launch.Runner``) that its first run
+    leaves in the pool's memo under ``key``."""
+
+    __slots__ = ("fn", "memo", "key", "launch")
+
+    def __init__(self, fn: Callable[..., np.ndarray], memo: dict[Any, Any], key: Any) -> None:
+        self.fn, self.memo, self.key = fn, memo, key
+        self.launch: Launch | bool | None = None
+
+    def __call__(self, *arrays: Any) -> np.ndarray:
+        result = self.fn(*arrays)
+        if self.launch is None:
+            self.launch = self.memo.get(self.key)
+        return result
 
 
 def max_pool_grad(x1: Any, x2: Any, grad: Any, ksize: IntSeq4, strides: IntSeq4, padding: str | bytes,
@@ -310,10 +336,26 @@ def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, paddin
         fmt = pool.data_format
         if check:
             _check_orig_output(pool, x1, x2, nthreads)
-        _run_grad(pool, to_nchw(x1, fmt), to_nchw(grad, fmt), to_nchw(gx, fmt), nthreads)
+        called = _run_grad(pool, to_nchw(x1, fmt), to_nchw(grad, fmt), to_nchw(gx, fmt), nthreads)
+        if "grad launch" not in pool.memo:
+            pool.memo["grad launch"] = (not check and called is not None
+                                        and _grad_launch(pool, *called, x1, grad, gx, out is None, nthreads))
         return gx
 
-    return run, (x1, x2, grad, out)
+    return _Run(run, pool.memo, "grad launch"), (x1, x2, grad, out)
+
+
+def _grad_launch(pool: _Pool, args: tuple[Any, ...], taken: tuple[np.ndarray, np.ndarray], x1: np.ndarray,
+                 grad: np.ndarray, gx: np.ndarray, allocates: bool, nthreads: int) -> Launch | bool:
+    """The launch record of the fused gradient's call ``args``, which took the scratch set ``taken`` (sources x1
+    0, x2 1, grad 2, grad_x 3), or False where a replay could not do what the run does (copies, a large grad_x
+    from the block cache)."""
+    rec = Launch(_tf_max_pool.max_pool_grad, args, 3)
+    if not rec.scratch(pool.memo[("grad", nthreads)][7], taken) or (allocates and not rec.output(gx)):
+        return False
+    if not allocates:
+        rec.takes_out((0, 1, 2))
+    return rec.view(1, 0, x1, args[1]) and rec.view(2, 2, grad, args[2]) and rec.view(3, 3, gx, args[3]) and rec
 
 
 def _check_orig_output(pool: _Pool, x1: np.ndarray, x2: np.ndarray, nthreads: int) -> None:
@@ -350,12 +392,14 @@ def _run_grad_composed(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndar
     return True
 
 
-def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int) -> None:
+def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthreads: int,
+              ) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] | None:
     """Plan bands and rings (once per pool shape, see ``_Pool.memo``), prepare kernel-friendly views, run the
-    fused kernel."""
+    fused kernel.  Returns the kernel's arguments and the scratch set they hold (None: the composed gradient
+    ran)."""
     if (channel_inner(x4) and x4.shape[1] < COMPOSE_MAX_C
             and _run_grad_composed(pool, x4, g4, gx4, nthreads)):
-        return
+        return None
     x4, channel = pool.kernel_x(x4)
     direct = pool.memo.get("grad direct")
     if direct is None:
@@ -369,12 +413,13 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
         plan = pool.memo[("grad", nthreads)] = _plan_grad(pool, x4, channel, target, nthreads)
     part, band_oa, band_ob, stream, ring_rows, threads, vec, scratch_pool = plan
     scratch, columns = scratch_pool.take()
-    _tf_max_pool.max_pool_grad(pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo,
-                               pool.hhi, pool.wlo, pool.whi, part, band_oa, band_ob, channel, stream, scratch,
-                               ring_rows, columns, *vec, threads)
+    args = (pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo, pool.hhi, pool.wlo, pool.whi,
+            part, band_oa, band_ob, channel, stream, scratch, ring_rows, columns, *vec, threads)
+    _tf_max_pool.max_pool_grad(*args)
     scratch_pool.give((scratch, columns))
     if target is not gx4:
         gx4[...] = target
+    return args, (scratch, columns)
 
 
 def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, nthreads: int) -> tuple:

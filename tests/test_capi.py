@@ -373,6 +373,62 @@ def test_in_place_max_pooling_grad_and_partial_overlap():
         API.plan_destroy(plan)
 
 
+def test_max_pooling_grad_executes_without_the_gil():
+    """max_pooling_grad's plan holds its kernel call captured below the dispatcher: executes run it without
+    taking the GIL (counted by _capi.gil_executes), from several threads at once, with the Python API's bits;
+    an out that meets an input takes the checked path (in place allowed, other overlaps refused)."""
+    import threading
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
+    y = np.where(rng.random(x.shape) < 0.5, x, 0).astype(np.float32)
+    dys = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)]
+    wants = [pg.max_pooling_grad(dy, x, y) for dy in dys]
+    outs = [np.empty_like(x) for _ in dys]
+    status, plan = create(9, [dys[0], x, y, outs[0]], params())
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(50):
+            statuses.append(execute(plan, [dys[k], x, y, outs[k]]))
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 200 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
+        inplace = dys[0].copy()
+        assert execute(plan, [inplace, x, y, inplace]) == OK and _same(inplace, wants[0])
+        assert execute(plan, [dys[1], x, y, x]) == INVALID and "out: must not share memory with x" in error()
+        misaligned = np.ndarray(x.shape, x.dtype, np.zeros(x.nbytes + 4, np.uint8), offset=2)
+        assert execute(plan, [dys[1], misaligned, y, outs[1]]) == INVALID
+        assert "x: the plan was made for an aligned array, got a misaligned one" in error()
+        assert _capi.gil_executes() == before + 3
+    finally:
+        API.plan_destroy(plan)
+
+
+def test_other_operators_execute_through_the_gil_path():
+    """The operators whose kernel modules cannot yet record a call below their dispatcher take the GIL in
+    execute (docs/C_API.md says which)."""
+    x = np.random.default_rng(9).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    go = np.ones((1, 2, 3, 3), np.float32)
+    out = np.empty_like(x)
+    status, plan = create(6, [go, x, out], params(kernel=(2, 2)))
+    assert status == OK, error()
+    try:
+        before = _capi.gil_executes()
+        assert execute(plan, [go, x, out]) == OK
+        assert _capi.gil_executes() == before + 1
+        assert _same(out, pg.avg_pool2d_backward(go, x, 2))
+    finally:
+        API.plan_destroy(plan)
+
+
 def test_one_c_plan_from_several_threads_without_the_gil():
     import threading
     rng = np.random.default_rng(6)

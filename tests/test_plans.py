@@ -10,9 +10,11 @@ import weakref
 import numpy as np
 import pytest
 
+import catalog
 import poolgrad as pg
 from poolgrad import plans
 from poolgrad._callkey import make_key
+from poolgrad._launch import Launch
 
 
 def _calls():
@@ -187,3 +189,111 @@ def test_cache_is_bounded(monkeypatch):
     for n in range(1, 10):
         pg.avg_pool2d(np.zeros((1, 1, n + 1, 4), np.float32), 1)
         assert plans.plan_count() <= 4
+
+
+# ---- launch records (poolgrad/_launch.pyx): a plan's first run records its kernel call, later calls replay it --
+
+@pytest.mark.parametrize("op", sorted(catalog.OPS))
+def test_every_operator_records_a_launch(op):
+    """Small calls of every operator replay a recorded kernel call (a regression in a plan's recording would
+    silently bring back the interpreter work it saves).  NCHW: TensorFlow's channels-last gradient with fewer
+    than 8 channels is two kernel calls (the composed path), which keeps the ordinary path."""
+    plans.clear()
+    case = catalog.make_case(op, layout=None if catalog.OPS[op].family == "elementwise" else "NCHW")
+    case.call()
+    _assert_recorded(op)
+
+
+def _assert_recorded(op):
+    (runner,) = plans._plans.values()
+    assert isinstance(getattr(runner.plan, "launch", None), Launch), op
+
+
+@pytest.mark.parametrize("op,variant", [(op, v) for op in sorted(catalog.OPS)
+                                        for v in ["f32", "f16", "bf16-NHWC", "f64-rank3", "strided", "out"]
+                                        if v != "out" or catalog.OPS[op].backward])
+def test_replayed_calls_give_the_first_runs_bits(op, variant):
+    """Calls two and three (replays, on new arrays of the same signature) equal call one (the ordinary path)
+    bit for bit, for dtypes, layouts, ranks, strided inputs and out=."""
+    spec = catalog.OPS[op]
+    dtype = {"f16": np.float16, "bf16-NHWC": catalog.bfloat16, "f64-rank3": np.float64}.get(variant, np.float32)
+    layout = "NHWC" if variant == "bf16-NHWC" else None
+    rank = 3 if variant == "f64-rank3" and spec.family != "tf" else 4
+    shape = (1, 3, 6, 5) if rank == 3 else None
+    case = catalog.make_case(op, dtype=dtype, layout=layout, rank=rank, shape=shape)
+
+    def fresh(a):
+        """A copy in new memory with ``a``'s strides (every other element of a wider buffer when strided)."""
+        if variant != "strided":
+            return a.copy()
+        b = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)[..., ::2]
+        b[...] = a
+        return b
+
+    plans.clear()
+    with pg.deterministic(True):
+        results = []
+        for _ in range(3):
+            out = np.full(case.output_shape(), 7, case.kwargs[case.main_input].dtype) if variant == "out" else None
+            kw = {k: (fresh(v) if isinstance(v, np.ndarray) else v) for k, v in case.kwargs.items()}
+            if out is not None:
+                kw["out"] = out
+            res = case.op.func(**kw)
+            if out is not None:
+                assert res is out
+            results.append(_bytes(res))
+    assert results[1] == results[0] and results[2] == results[0], (op, variant)
+
+
+@pytest.mark.parametrize("op", catalog.INDEX_BACKWARDS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_a_replay_that_meets_a_bad_index_raises_the_ordinary_error(op, index_dtype):
+    case = catalog.make_case(op, layout="NHWC", index_dtype=index_dtype)
+    plans.clear()
+    case.call()                                   # records
+    _assert_recorded(op)
+    bad = case.kwargs["indices"].copy()
+    bad.reshape(-1)[-1] = -3
+    with pytest.raises(pg.ParamInvalidError) as replayed:
+        case.call(indices=bad)
+    plans.clear()
+    with pytest.raises(pg.ParamInvalidError) as fresh:
+        case.call(indices=bad)                    # the ordinary path, planned afresh
+    assert str(replayed.value) == str(fresh.value) and "got -3 at position" in str(replayed.value)
+
+
+@pytest.mark.parametrize("op", catalog.BACKWARDS)
+def test_a_replay_with_an_overlapping_out_raises_the_ordinary_error(op):
+    case = catalog.make_case(op, layout=None if op == "max_pooling_grad" else "NCHW")
+    plans.clear()
+    case.call(out=np.empty_like(case.kwargs[case.main_input]))
+    _assert_recorded(op)
+    src = case.main_input if op != "max_pooling_grad" else "x"
+    with pytest.raises(pg.ParamInvalidError, match=f"must not share memory with {src}"):
+        case.call(out=case.kwargs[src])           # same signature as the first out: the plan's record runs
+
+
+def test_max_pooling_grad_in_place_after_a_recorded_call():
+    """dx may be dy itself: a replay sees the overlap by byte ranges, leaves the call to the ordinary path,
+    which allows it."""
+    rng = np.random.default_rng(3)
+    dy, x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32), rng.standard_normal((2, 3, 4, 4)).astype(
+        np.float32)
+    y = np.where(rng.random(x.shape) < 0.5, x, 0).astype(np.float32)
+    want = pg.max_pooling_grad(dy, x, y)
+    plans.clear()
+    pg.max_pooling_grad(dy.copy(), x, y, out=np.empty_like(dy))
+    inplace = dy.copy()
+    assert pg.max_pooling_grad(inplace, x, y, out=inplace) is inplace
+    assert inplace.tobytes() == want.tobytes()
+
+
+def test_a_public_plan_replays_and_still_checks_signatures():
+    x = np.random.default_rng(2).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    y, ind = pg.max_pool2d_with_indices(x, 2)
+    plan = pg.plan_max_pool2d_with_indices_backward(y, x, ind, 2, num_threads=1)
+    want = pg.max_pool2d_with_indices_backward(y, x, ind, 2, num_threads=1)
+    for _ in range(3):
+        assert plan(y.copy(), x.copy(), ind.copy()).tobytes() == want.tobytes()
+    with pytest.raises(pg.ParamInvalidError, match="the plan was made for dtype int64, got int32"):
+        plan(y, x, ind.astype(np.int32))

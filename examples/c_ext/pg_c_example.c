@@ -1,10 +1,11 @@
-/* A plain C extension module that runs poolgrad's max_pool2d_with_indices_backward through the C API from
- * several POSIX threads, none of which holds the GIL (examples/c_ext/README in docs/C_API.md).
+/* A plain C extension module that runs poolgrad's max_pool2d_with_indices_backward (or max_pooling_grad)
+ * through the C API from several POSIX threads, none of which holds the GIL (docs/C_API.md).
  *
- *   backward(grad_output, x, indices, out, kernel, stride, threads, reps)
+ *   backward(grad_output, x, indices, out, kernel, stride, threads, reps, op=POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD)
  *       grad_output, x: float32 4-D buffers; indices: int64 buffer; out: writeable float32 buffer of shape
  *       (threads, *x.shape).  Thread t runs the plan `reps` times writing out[t].  Returns None or raises
- *       RuntimeError with poolgrad's status and message.
+ *       RuntimeError with poolgrad's status and message.  With op=POOLGRAD_MAX_POOLING_GRAD (9) the arguments
+ *       are dy, x, y (all float32) and out; kernel and stride are ignored.
  *   error_statuses()
  *       [(status, message), ...] for deliberate misuse: NULL plan pointer, NULL data, a bad stride, an unknown
  *       operator, a tensor count that does not match.
@@ -65,7 +66,7 @@ static void *worker(void *arg) {
 static PyObject *backward(PyObject *self, PyObject *args) {
     PyObject *go_obj, *x_obj, *ind_obj, *out_obj;
     Py_ssize_t kernel, stride;
-    int threads, reps, t, status, failed = 0;
+    int threads, reps, t, status, failed = 0, op = POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD, third;
     Py_buffer go, x, ind, out;
     poolgrad_tensor tensors[4];
     poolgrad_params params;
@@ -74,9 +75,14 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     pthread_t tids[16];
     char message[600];
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOnnii", &go_obj, &x_obj, &ind_obj, &out_obj, &kernel, &stride, &threads,
-                          &reps))
+    if (!PyArg_ParseTuple(args, "OOOOnnii|i", &go_obj, &x_obj, &ind_obj, &out_obj, &kernel, &stride, &threads,
+                          &reps, &op))
         return NULL;
+    if (op != POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD && op != POOLGRAD_MAX_POOLING_GRAD) {
+        PyErr_SetString(PyExc_ValueError, "op must be POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD or _MAX_POOLING_GRAD");
+        return NULL;
+    }
+    third = op == POOLGRAD_MAX_POOLING_GRAD ? POOLGRAD_FLOAT32 : POOLGRAD_INT64;
     if (threads < 1 || threads > 16) {
         PyErr_SetString(PyExc_ValueError, "threads must be 1..16");
         return NULL;
@@ -90,13 +96,14 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(out_obj, &out, PyBUF_RECORDS) < 0)
         goto fail_ind;
     if (strcmp(go.format, "f") || strcmp(x.format, "f") || strcmp(out.format, "f") ||
-        (strcmp(ind.format, "l") && strcmp(ind.format, "q")) || out.ndim != x.ndim + 1 || out.shape[0] != threads) {
-        PyErr_SetString(PyExc_ValueError, "expected float32 grad_output/x/out, int64 indices, out of shape "
-                                          "(threads, *x.shape)");
+        (third == POOLGRAD_INT64 ? strcmp(ind.format, "l") && strcmp(ind.format, "q") : strcmp(ind.format, "f")) ||
+        out.ndim != x.ndim + 1 || out.shape[0] != threads) {
+        PyErr_SetString(PyExc_ValueError, "expected float32 grad_output/x/out, int64 indices (float32 y), out of "
+                                          "shape (threads, *x.shape)");
         goto fail_out;
     }
     if (tensor_of(&go, POOLGRAD_FLOAT32, &tensors[0]) || tensor_of(&x, POOLGRAD_FLOAT32, &tensors[1]) ||
-        tensor_of(&ind, POOLGRAD_INT64, &tensors[2]))
+        tensor_of(&ind, third, &tensors[2]))
         goto fail_out;
     /* the output tensor: out[0]'s signature (every out[t] has the same one) */
     {
@@ -115,7 +122,7 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     params.deterministic = 1;
 
     Py_BEGIN_ALLOW_THREADS          /* everything below runs without the GIL */
-    status = poolgrad_plan_create(&plan, POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD, tensors, 4, &params);
+    status = poolgrad_plan_create(&plan, op, tensors, 4, &params);
     if (status != POOLGRAD_OK) {
         snprintf(message, sizeof(message), "plan_create: status %d: %s", status, poolgrad_last_error());
         failed = 1;

@@ -1,0 +1,481 @@
+# cython: language_level=3
+"""Launch records: a plan's kernel call, recorded once, replayed per call in compiled code.
+
+An operator's plan decides everything that does not depend on the data on its first run (which kernel, the work
+split, tables, which arrays the kernel can address directly).  What is left per call is mechanical: allocate the
+outputs, make the logical-NCHW kernel views of the call's arrays, take scratch, call the kernel dispatcher with
+the arguments the first run used, check the kernel's flags.  Done by the plan's Python code that costs several
+microseconds of interpreter work around a kernel call that, on tiny tensors, takes one or two.
+
+A :class:`Launch` records that call: the dispatcher, its argument list with *slots* for the per-call arrays (each
+slot a view of one source array - a call argument or an output - with the dtype, shape and strides the first run's
+view had, at the same data pointer), the outputs' allocation (dtype, shape, strides: the memory order the plan's
+``OutputLayout`` gives), the scratch pool, and a per-call flag array the kernel sets where the data needs the slow
+path.  :meth:`Launch.run` replays it: a few C-level NumPy calls and the dispatcher call.
+
+It covers the common case only and says so by returning None *before writing anything the caller could see*
+or after the kernel flagged the data: then the plan runs its ordinary path, which does the exact checks (``out=``
+aliasing with the exact message, index ranges with the first bad index named) and computes the result.  So a
+launch never changes a result or an error, it only skips work.
+
+Thread safety: a record is read-only after it is built; each run copies the argument list, takes its own scratch
+set (popping a list is atomic under the GIL) and allocates its own flags, so one record serves concurrent callers
+(the dispatchers release the GIL while their kernels run).
+"""
+cimport numpy as cnp
+from cpython.ref cimport Py_INCREF, Py_DECREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from libc.stdint cimport int64_t
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+cnp.import_array()
+
+from poolgrad import memory as _memory
+
+cdef extern from *:
+    """
+    /* A view of ``base``'s memory at ``data`` (NumPy takes its own reference to descr and to base). */
+    static PyObject *pg_launch_view(PyObject *descr, int nd, npy_intp *dims, npy_intp *strides, char *data,
+                                    int flags, PyObject *base) {
+        PyObject *v;
+        Py_INCREF(descr);
+        v = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, nd, dims, strides, data, flags, NULL);
+        if (v == NULL) return NULL;
+        Py_INCREF(base);
+        if (PyArray_SetBaseObject((PyArrayObject *)v, base) < 0) { Py_DECREF(v); return NULL; }
+        return v;
+    }
+    /* A new array with these strides (they describe a dense block in some axis order: NumPy allocates
+       itemsize * prod(dims) bytes when data is NULL). */
+    static PyObject *pg_launch_alloc(PyObject *descr, int nd, npy_intp *dims, npy_intp *strides) {
+        Py_INCREF(descr);
+        return PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, nd, dims, strides, NULL,
+                                    NPY_ARRAY_WRITEABLE, NULL);
+    }
+    """
+    object pg_launch_view(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides, char *data,
+                          int flags, object base)
+    object pg_launch_alloc(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides)
+
+#: Post-run checks: none; the flag array (int8) must be all zero; the dispatcher's result must be False.
+POST_NONE = 0
+POST_FLAGS = 1
+POST_FALSE = 2
+
+
+cdef inline char *_data(object a) noexcept:
+    return <char *>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+cdef inline bint _extent(cnp.ndarray a, char **lo, char **hi) noexcept:
+    """Byte range [lo, hi) an array can touch; False for an empty array."""
+    cdef int d
+    cdef cnp.npy_intp n, st
+    cdef char *p = <char *>cnp.PyArray_DATA(a)
+    cdef char *a0 = p
+    cdef char *a1 = p + cnp.PyArray_ITEMSIZE(a)
+    for d in range(cnp.PyArray_NDIM(a)):
+        n = cnp.PyArray_DIMS(a)[d]
+        if n == 0:
+            return False
+        st = cnp.PyArray_STRIDES(a)[d]
+        if st >= 0:
+            a1 += st * (n - 1)
+        else:
+            a0 += st * (n - 1)
+    lo[0] = a0
+    hi[0] = a1
+    return True
+
+
+cdef class KernelRecord:
+    """A kernel call captured below its dispatcher (``call``): the kernel module's runner, the struct the
+    dispatcher filled (copied), the item count, thread count and dtype code.  :meth:`bind` finds the struct's
+    pointers into the call's arrays; :func:`run_kernel_call` copies the struct, points those fields at another
+    call's arrays and runs - plain C, no interpreter, so the C API's execute calls it without the GIL.
+    Everything else the struct addresses (tables) belongs to the plan, which keeps it alive and never writes
+    it."""
+
+    def __cinit__(self):
+        self.call.ctx = NULL
+        self.call.npatch = 0
+        self.filled = False
+
+    def __dealloc__(self):
+        free(self.call.ctx)
+
+    cdef bint bind(self, list sources) except -1:
+        """Record which pointer-sized fields of the struct address a source (a word inside the source's byte
+        range).  False when a field lies in two sources' ranges (the call passed overlapping arrays: which one
+        it means cannot be told) or there are too many."""
+        cdef Py_ssize_t off, k, n = len(sources)
+        cdef int match
+        cdef char *w
+        cdef char *lo[MAXSRC]
+        cdef char *hi[MAXSRC]
+        cdef bint has[MAXSRC]
+        if n > MAXSRC:
+            return False
+        for k in range(n):
+            has[k] = _extent(<cnp.ndarray>sources[k], &lo[k], &hi[k])
+        cdef KernelCall *c = &self.call
+        c.npatch = 0
+        for off in range(0, <Py_ssize_t>c.size - <Py_ssize_t>sizeof(char *) + 1, sizeof(char *)):
+            w = (<char **>(c.ctx + off))[0]
+            match = -1
+            for k in range(n):
+                if has[k] and lo[k] <= w < hi[k]:
+                    if match >= 0:
+                        return False
+                    match = k
+            if match >= 0:
+                if c.npatch == MAXPATCH:
+                    return False
+                c.patch_off[c.npatch] = off
+                c.patch_src[c.npatch] = match
+                c.patch_delta[c.npatch] = w - _data(sources[match])
+                c.npatch += 1
+        return True
+
+
+cdef void run_kernel_call(const KernelCall *c, char **data) noexcept nogil:
+    """Run a captured call on the arrays whose data pointers are ``data`` (in source order): a copy of the
+    struct with its source pointers moved there."""
+    cdef uint64_t buf[MAXCTX_WORDS]       # MAXCTX bytes, aligned for any field
+    cdef int k
+    memcpy(buf, c.ctx, c.size)
+    for k in range(c.npatch):
+        (<char **>((<char *>buf) + c.patch_off[k]))[0] = data[c.patch_src[k]] + c.patch_delta[k]
+    c.fn(buf, c.nitems, c.nthreads, c.code)
+
+
+cdef int record_kernel(object record, KernelRun fn, const void *ctx, size_t size, Py_ssize_t nitems,
+                       int nthreads, int code) except -1:
+    """Fill ``record`` (a KernelRecord) with a kernel call: what a dispatcher given ``record=`` does instead of
+    ``fn(ctx, nitems, nthreads, code)``.  A struct above MAXCTX bytes is not recorded (the record stays empty
+    and the dispatcher path keeps running)."""
+    cdef KernelRecord rec = <KernelRecord?>record
+    if size > MAXCTX or rec.filled:
+        return 0
+    rec.call.ctx = <char *>malloc(size)
+    if rec.call.ctx == NULL:
+        raise MemoryError()
+    memcpy(rec.call.ctx, ctx, size)
+    rec.call.size = size
+    rec.call.fn = fn
+    rec.call.nitems = nitems
+    rec.call.nthreads = nthreads
+    rec.call.code = code
+    rec.filled = True
+    return 0
+
+
+cdef class Launch:
+    """One recorded kernel call (see the module docstring).
+
+    Parameters
+    ----------
+    fn : callable
+        The kernel dispatcher.
+    args : sequence
+        Its positional arguments as the first run passed them; slots (set with :meth:`view`, :meth:`scratch`,
+        :meth:`flags`) are replaced on every run, the rest is passed as is (tables the plan owns, sizes, flags).
+    nsources : int
+        How many call arrays a run receives (``run``'s ``arrays``); outputs are sources after them.
+    kernel_records : bool, default False
+        The dispatcher accepts ``record=``: a :class:`KernelRecord` it fills (with its kernel's runner and the
+        struct it built) instead of running.  The first replay then captures the call below the dispatcher and
+        later ones run it straight from compiled code (:meth:`KernelRecord.run`), which the C API can do without
+        the GIL.  Only for dispatchers whose struct addresses nothing per-call but the call's arrays (no scratch,
+        no flags, no temporaries of their own).
+    """
+    def __init__(self, object fn, args, int nsources, bint kernel_records=False):
+        if nsources > MAXSRC:
+            raise ValueError("too many sources")
+        self.fn = fn
+        self.kernel = None
+        # a dispatcher that takes record= (a KernelRecord) fills it instead of running its kernel
+        self.tried_kernel = not kernel_records
+        self.args = list(args)
+        self.nargs = len(self.args)
+        self.free = []
+        self.nsrc = nsources
+        self.nout = 0
+        self.nslot = 0
+        self.descr = []
+        self.out_descr = []
+        self.pool = None
+        self.nscratch = 0
+        self.flags_pos = -1
+        self.flags_n = 0
+        self.post = POST_NONE
+        self._out_ok = False
+        self.ncheck = 0
+
+    def output(self, cnp.ndarray example):
+        """Allocate, on every run, an output like ``example`` (dtype, shape, strides); it becomes source
+        ``nsources + k`` for the k-th output.  Its strides must describe a dense block (what ``OutputLayout``
+        gives): NumPy then allocates exactly ``nbytes``.  Returns False, recording nothing, for an output of
+        ``memory.MIN_BYTES`` or more: ``OutputLayout`` takes those from the block cache, which a replay would
+        bypass."""
+        cdef int k = self.nout, d
+        if cnp.PyArray_NBYTES(example) >= _memory.MIN_BYTES:
+            return False
+        if k >= MAXSRC - self.nsrc or cnp.PyArray_NDIM(example) > MAXD:
+            raise ValueError("too many outputs or dimensions")
+        self.out_descr.append(<object>cnp.PyArray_DESCR(example))
+        self.out_nd[k] = cnp.PyArray_NDIM(example)
+        for d in range(self.out_nd[k]):
+            self.out_dims[k][d] = cnp.PyArray_DIMS(example)[d]
+            self.out_steps[k][d] = cnp.PyArray_STRIDES(example)[d]
+        self.nout += 1
+        return True
+
+    def view(self, int position, int source, cnp.ndarray source_array, cnp.ndarray view):
+        """Argument ``position`` is, on every run, ``view`` re-made over source ``source``: the same dtype, shape
+        and strides at the source's data pointer.  ``source_array`` is this run's source (or any view starting
+        where it does).  Returns False, recording nothing, when the recorded call did not pass ``view`` itself
+        at ``position`` (the record would not be that call) or ``view`` does not start at the source (the
+        kernel reads a copy: the record cannot replay that)."""
+        cdef int k = self.nslot, d
+        if k >= MAXSLOT or cnp.PyArray_NDIM(view) > MAXD:
+            raise ValueError("too many slots or dimensions")
+        if not 0 <= position < self.nargs or self.args[position] is not view or _data(view) != _data(source_array):
+            return False
+        self.pos[k] = position
+        self.src[k] = source
+        if view is source_array:
+            self.descr.append(None)
+        else:
+            self.descr.append(<object>cnp.PyArray_DESCR(view))
+            self.nd[k] = cnp.PyArray_NDIM(view)
+            for d in range(self.nd[k]):
+                self.dims[k][d] = cnp.PyArray_DIMS(view)[d]
+                self.steps[k][d] = cnp.PyArray_STRIDES(view)[d]
+        self.args[position] = None
+        self.nslot += 1
+        return True
+
+    def scratch(self, object pool, object taken):
+        """The recorded call passed ``taken`` - a set from ``pool`` (a ScratchPool), or a tuple of the set's
+        items - where it passed them (found by identity); every run passes a set of its own there (made by
+        ``pool.factory``, kept for reuse).  Returns False, recording nothing, unless each appears exactly once."""
+        cdef int k, p
+        items = taken if type(taken) is tuple else (taken,)
+        if len(items) > 4:
+            raise ValueError("too many scratch items")
+        for k in range(len(items)):
+            p = self._position_of(items[k])
+            if p < 0:
+                return False
+            self.scratch_pos[k] = p
+            self.scratch_item[k] = k if type(taken) is tuple else -1
+        for k in range(len(items)):
+            self.args[self.scratch_pos[k]] = None
+        self.pool = pool
+        self.nscratch = len(items)
+        return True
+
+    def flags(self, object taken, Py_ssize_t n):
+        """The recorded call passed ``taken`` (found by identity) for its int8 flags, ``n`` of them; every run
+        passes fresh zeroed ones there, and a run that ends with any flag set returns None (the plan's ordinary
+        path then handles the data).  Returns False, recording nothing, unless ``taken`` appears exactly once."""
+        cdef int p = self._position_of(taken)
+        if p < 0:
+            return False
+        self.flags_pos = p
+        self.flags_n = n
+        self.args[p] = None
+        self.post = POST_FLAGS
+        return True
+
+    cdef int _position_of(self, object obj):
+        """The one argument position holding ``obj`` itself, or -1."""
+        cdef int k, found = -1
+        for k in range(self.nargs):
+            if self.args[k] is obj:
+                if found >= 0:
+                    return -1
+                found = k
+        return found
+
+    def expect_false(self):
+        """A run whose dispatcher returns anything but False returns None (the ordinary path takes over)."""
+        self.post = POST_FALSE
+
+    def takes_out(self, sources):
+        """Runs may be given ``out`` (source ``nsources``, in place of the allocated output).  A run first
+        proves that it shares no memory with the sources ``sources`` by their byte ranges; if the ranges meet,
+        the run returns None at once (the ordinary path then makes NumPy's exact test and raises its message,
+        or proceeds)."""
+        self._out_ok = True
+        self.ncheck = 0
+        for s in sources:
+            self.check_src[self.ncheck] = s
+            self.ncheck += 1
+
+    def __call__(self, *arrays):
+        """Replay the call on the plan's call arguments: the ``nsources`` arrays, then ``out`` when the plan's
+        calls take one (None: allocate the outputs).  Returns what the plan returns, or None when the plan's
+        ordinary path must run instead."""
+        return self.run(arrays)
+
+    cdef object run(self, tuple arrays):
+        cdef int k, s
+        cdef char *lo
+        cdef char *hi
+        cdef char *lo2
+        cdef char *hi2
+        cdef object v, d, out = None
+        cdef tuple sset = None
+        cdef tuple args
+        cdef list srcs
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(arrays)
+        if n == self.nsrc + 1:
+            out = <object>PyTuple_GET_ITEM(arrays, self.nsrc)
+            srcs = list(arrays) if out is not None else list(arrays[:self.nsrc])
+        elif n == self.nsrc:
+            srcs = list(arrays)
+        else:
+            return None
+        if out is not None:
+            if not self._out_ok:
+                return None
+            if _extent(<cnp.ndarray>out, &lo, &hi):
+                for k in range(self.ncheck):
+                    if _extent(<cnp.ndarray>srcs[self.check_src[k]], &lo2, &hi2) and lo < hi2 and lo2 < hi:
+                        return None
+        else:
+            for k in range(self.nout):
+                srcs.append(pg_launch_alloc(self.out_descr[k], self.out_nd[k], self.out_dims[k],
+                                            self.out_steps[k]))
+        if self.kernel is not None:
+            return self._run_kernel(srcs, out)
+        # a set of per-call arrays (scratch items, flags) no concurrent run holds: list.pop is atomic
+        if self.nscratch or self.flags_pos >= 0:
+            sset = self.free.pop() if self.free else self._new_set()
+            if self.flags_pos >= 0:
+                memset(cnp.PyArray_DATA(<cnp.ndarray>sset[0]), 0, self.flags_n)
+        args = PyTuple_New(self.nargs)
+        for k in range(self.nargs):
+            v = self.args[k]
+            Py_INCREF(v)
+            PyTuple_SET_ITEM(args, k, v)
+        for k in range(self.nslot):
+            s = self.src[k]
+            d = self.descr[k]
+            if d is None:
+                v = srcs[s]
+            else:
+                v = pg_launch_view(d, self.nd[k], self.dims[k], self.steps[k], _data(srcs[s]),
+                                   cnp.PyArray_FLAGS(<cnp.ndarray>srcs[s]) & cnp.NPY_ARRAY_WRITEABLE, srcs[s])
+            _put(args, self.pos[k], v)
+        if not self.tried_kernel:
+            self.tried_kernel = True
+            if sset is None and self.post == POST_NONE and self._capture(srcs, args):
+                return self._run_kernel(srcs, out)
+        if sset is not None:
+            if self.flags_pos >= 0:
+                _put(args, self.flags_pos, sset[0])
+            for k in range(self.nscratch):
+                _put(args, self.scratch_pos[k], sset[2 + self.scratch_item[k]])
+        try:
+            r = self.fn(*args)
+        finally:
+            if sset is not None and len(self.free) < KEEP_SETS:
+                self.free.append(sset)
+        if self.post == POST_FLAGS:
+            if _any_set(<cnp.ndarray>sset[0]):
+                return None
+        elif self.post == POST_FALSE:
+            if r is not False:
+                return None
+        if out is not None:
+            return out
+        if self.nout == 1:
+            return srcs[self.nsrc]
+        return tuple(srcs[self.nsrc:])
+
+    cdef bint _capture(self, list srcs, tuple args) except -1:
+        """Have the dispatcher record its kernel call on this call's arrays; keep it if every pointer of the
+        struct that addresses a source is unambiguous (see KernelRecord.bind)."""
+        rec = KernelRecord()
+        self.fn(*args, record=rec)
+        if rec.filled and rec.bind(srcs):
+            self.kernel = rec
+            return True
+        return False
+
+    cdef object _run_kernel(self, list srcs, object out):
+        cdef char *data[MAXSRC]
+        cdef int k
+        cdef KernelRecord rec = self.kernel
+        for k in range(len(srcs)):
+            data[k] = _data(srcs[k])
+        with nogil:
+            run_kernel_call(&rec.call, data)
+        if out is not None:
+            return out
+        if self.nout == 1:
+            return srcs[self.nsrc]
+        return tuple(srcs[self.nsrc:])
+
+    cdef tuple _new_set(self):
+        """(flags, scratch items...): the flags (or None) and the scratch set's items, made fresh."""
+        flags = cnp.PyArray_ZEROS(1, &self.flags_n, cnp.NPY_INT8, 0) if self.flags_pos >= 0 else None
+        if self.pool is None:
+            return (flags,)
+        made = self.pool.factory()
+        return (flags, made) + (tuple(made) if type(made) is tuple else ())
+
+
+cdef inline void _put(tuple t, Py_ssize_t i, object v) noexcept:
+    """Replace item i of a tuple this module just made (and owns alone)."""
+    Py_INCREF(v)
+    Py_DECREF(<object>PyTuple_GET_ITEM(t, i))
+    PyTuple_SET_ITEM(t, i, v)
+
+
+cdef bint _any_set(cnp.ndarray flags) noexcept:
+    cdef const char *p = <const char *>cnp.PyArray_DATA(flags)
+    cdef cnp.npy_intp i
+    for i in range(cnp.PyArray_DIMS(flags)[0]):
+        if p[i]:
+            return True
+    return False
+
+
+cdef class Runner:
+    """A plan as the per-call path calls it: through its launch record once the plan's first run has made one
+    (the plan's ``launch`` attribute), else - and whenever the record declines - through the plan itself.
+
+    Parameters
+    ----------
+    plan : callable
+        An operator's internal plan (called with the operator's arrays, ``out`` last for the backwards).
+    """
+    def __init__(self, object plan):
+        self.plan = plan
+        self.launch = None
+        self.settled = False
+
+    def __call__(self, *arrays):
+        return self.call(arrays)
+
+    cdef object call(self, tuple arrays):
+        """Run on the plan's call arguments (``out`` last for the backwards)."""
+        cdef object r
+        cdef Launch launch = self.launch
+        if not self.settled:
+            f = getattr(self.plan, "launch", None)
+            if f is not None:
+                self.settled = True
+                if isinstance(f, Launch):
+                    launch = self.launch = <Launch>f
+        if launch is not None:
+            r = launch.run(arrays)
+            if r is not None:
+                return r
+        return self.plan(*arrays)
