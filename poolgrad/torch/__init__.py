@@ -122,8 +122,10 @@ def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
     p = _pair("padding", padding)
     d = _pair("dilation", dilation)
     _check_max_padding(k, p)
-    y, idx = torch.ops.poolgrad.max_pool2d_with_indices(input, k, s, p, d, _flag("ceil_mode", ceil_mode))
-    return (y, idx) if _flag("return_indices", return_indices) else y
+    ret = _flag("return_indices", return_indices)
+    y, idx = _ops.run_max_pool2d(input, k, s, p, d, _flag("ceil_mode", ceil_mode),
+                                 torch.int64 if ret else _ops.internal_index_dtype(input))
+    return (y, idx) if ret else y
 
 
 def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
@@ -166,8 +168,8 @@ def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
         if divisor_override == 0:
             # poolgrad reads 0 as "unused" (CANN's convention); PyTorch refuses it.
             raise pg.ParamInvalidError("divisor_override: expected None or a non-zero int, got 0")
-    return torch.ops.poolgrad.avg_pool2d(input, k, s, p, _flag("ceil_mode", ceil_mode),
-                                         _flag("count_include_pad", count_include_pad), divisor_override)
+    return _ops.run_avg_pool2d(input, k, s, p, _flag("ceil_mode", ceil_mode),
+                               _flag("count_include_pad", count_include_pad), divisor_override)
 
 
 def adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int | None],
@@ -209,8 +211,9 @@ def adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int | None],
     if 0 in o:
         # PyTorch returns an empty result for a zero output size, poolgrad refuses one: nothing to compute.
         return _F.adaptive_max_pool2d(input, output_size, return_indices)
-    y, idx = torch.ops.poolgrad.adaptive_max_pool2d(input, o)
-    return (y, idx) if _flag("return_indices", return_indices) else y
+    ret = _flag("return_indices", return_indices)
+    y, idx = _ops.run_adaptive_max_pool2d(input, o, torch.int64 if ret else _ops.internal_index_dtype(input))
+    return (y, idx) if ret else y
 
 
 class MaxPool2d(nn.MaxPool2d):
