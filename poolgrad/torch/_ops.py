@@ -162,11 +162,13 @@ def _index_numpy(index_dtype: torch.dtype) -> np.dtype:
 def internal_index_dtype(x: Tensor) -> torch.dtype:
     """The index dtype to use when the caller never sees the indices (they only travel to the backward).
 
-    int32 for channels-last inputs whose plane fits it: bench/experiments/torch_overhead.py measured poolgrad's
-    NHWC forward + backward 4-25% faster with int32 indices on every channels-last pooling layer of the five
-    models (batch 32, 1 thread; half the index bytes written and read), while in NCHW the int32 backward was
-    slower on small planes (0.6-0.7x on 32x512x7x7 and 32x256x14x14 k3s1p1), so NCHW keeps int64.  Symbolic
-    sizes (dynamic shapes) keep int64 too, so the choice adds no guard to a traced graph.
+    int32 for channels-last inputs whose plane fits it: bench/experiments/torch_overhead.py (columns ``np`` and
+    ``np_i32``) measured poolgrad's NHWC forward + backward faster with int32 indices on all 19 channels-last max
+    layers of the five models (batch 32, 1 thread; int64 / int32 time 1.03-1.32x, median 1.16x; a second,
+    noisier run: median 1.11x, 4 of 19 the other way), since half the index bytes are written and read.  In
+    NCHW the int32 backward was slower on small planes (0.6-0.7x on 32x512x7x7 and 32x256x14x14 k3s1p1,
+    backward alone, 25 interleaved repetitions), so NCHW keeps int64.  Symbolic sizes (dynamic shapes) keep
+    int64 too, so the choice adds no guard to a traced graph.
     """
     if is_channels_last(x):
         h, w = x.shape[-2], x.shape[-1]
