@@ -36,7 +36,7 @@ compiled model follows later changes of either.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import numpy as np
 import torch
@@ -149,10 +149,11 @@ _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np
                  torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(pg.bfloat16)}
 
 
-_INDEX_DTYPES = {torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32)}
+_INDEX_DTYPES: dict[torch.dtype, np.dtype[Any]] = {torch.int64: np.dtype(np.int64),
+                                                   torch.int32: np.dtype(np.int32)}
 
 
-def _index_numpy(index_dtype: torch.dtype) -> np.dtype:
+def _index_numpy(index_dtype: torch.dtype) -> np.dtype[Any]:
     known = _INDEX_DTYPES.get(index_dtype)
     if known is not None:
         return known
@@ -339,7 +340,7 @@ class _MaxPoolEager(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
+    def backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple[Tensor | None, ...]:
         if grad_y is None:
             return (None,) * 7
         x, idx = ctx.saved_tensors
@@ -353,10 +354,11 @@ def run_max_pool2d(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
     """``poolgrad::max_pool2d_with_indices``, in plain eager mode without the dispatcher (module docstring)."""
     if _plain_eager(x):
         if x.requires_grad and torch.is_grad_enabled():
-            return _MaxPoolEager.apply(x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype)
+            return cast(tuple[Tensor, Tensor], _MaxPoolEager.apply(  # type: ignore[no-untyped-call]
+                x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype))
         return _max_kernel(x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype)
-    return torch.ops.poolgrad.max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode,
-                                                      index_dtype)
+    return cast(tuple[Tensor, Tensor], torch.ops.poolgrad.max_pool2d_with_indices(
+        x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -453,7 +455,7 @@ class _AdaptiveMaxPoolEager(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
+    def backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple[Tensor | None, ...]:
         if grad_y is None:
             return None, None, None
         x, idx = ctx.saved_tensors
@@ -467,9 +469,10 @@ def run_adaptive_max_pool2d(x: Tensor, output_size: Sequence[int],
     """``poolgrad::adaptive_max_pool2d``, in plain eager mode without the dispatcher (module docstring)."""
     if _plain_eager(x):
         if x.requires_grad and torch.is_grad_enabled():
-            return _AdaptiveMaxPoolEager.apply(x, output_size, index_dtype)
+            return cast(tuple[Tensor, Tensor], _AdaptiveMaxPoolEager.apply(  # type: ignore[no-untyped-call]
+                x, output_size, index_dtype))
         return _adaptive_kernel(x, output_size, index_dtype)
-    return torch.ops.poolgrad.adaptive_max_pool2d(x, output_size, index_dtype)
+    return cast(tuple[Tensor, Tensor], torch.ops.poolgrad.adaptive_max_pool2d(x, output_size, index_dtype))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -569,7 +572,7 @@ class _AvgPoolEager(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx: Any, grad_y: Tensor) -> tuple:
+    def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
         if torch.is_grad_enabled() or not _plain_eager(grad_y):
             return _avg_backward(ctx, grad_y)
         (x,) = ctx.saved_tensors
@@ -581,8 +584,8 @@ def run_avg_pool2d(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
     """``poolgrad::avg_pool2d``, in plain eager mode without the dispatcher (module docstring)."""
     if _plain_eager(x):
         if x.requires_grad and torch.is_grad_enabled():
-            return _AvgPoolEager.apply(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                       divisor_override)
+            return cast(Tensor, _AvgPoolEager.apply(  # type: ignore[no-untyped-call]
+                x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
         return _avg_kernel(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-    return torch.ops.poolgrad.avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                         divisor_override)
+    return cast(Tensor, torch.ops.poolgrad.avg_pool2d(x, kernel_size, stride, padding, ceil_mode,
+                                                      count_include_pad, divisor_override))
