@@ -7,10 +7,23 @@ original against ``poolgrad.torch.convert``-ed, with the share of the step spent
 For every (model, memory format, thread count) the original and the converted model (same weights, same
 batch) take turns, step after step, and the order of the pair alternates, so a slow phase of a shared machine
 hits both alike; each variant's time is the median of ``--reps`` timed steps after ``--warmup`` untimed ones.
+Each step's process CPU time (``time.process_time``, all threads) is kept too: on a machine shared with other
+jobs it counts only this process's work, so at 1 thread it is the steadier measure of the two (at more threads
+it also counts threads spinning while they wait).
 One more step of each runs under ``torch.profiler``; the pooling share is the time of the pooling operators the
 conversion swaps (max, average and adaptive max pooling, forward and backward, PyTorch's or poolgrad's) over that
 profiled step's wall time. Adaptive *average* pooling (ResNet, DenseNet, GoogLeNet, SqueezeNet, VGG heads) is
 not one of them and counts as "other".
+
+With ``--compile`` both models run under ``torch.compile`` (inductor; the optimizer step stays eager) and the
+first, compiling, step is one of the ``--warmup`` steps.  Inductor lowers PyTorch's own pooling into its generated
+code, so no ``aten::*pool*`` event is left to profile: the original's pooling share reads 0 there and means "not
+measurable", while the converted model's ``poolgrad::`` operators still show.
+
+In eager mode a converted model's pooling runs through ``poolgrad.torch``'s direct path (no dispatcher); under
+the profiler it takes the custom operators instead, so that the ``poolgrad::`` events exist: the profiled pooling
+time of a converted model includes the operator path's per-call cost (about 0.1 ms per forward + backward pair
+more, bench/experiments/torch_overhead.py), the timed steps do not.
 
 Each finished configuration is appended to ``--json`` at once, so an interrupted run keeps what it measured.
 """
@@ -48,14 +61,18 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> None:
         self.model, self.x, self.target = model, x, target
         self.opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        self.cpu: list[float] = []
 
     def step(self) -> float:
-        t0 = time.perf_counter()
+        """Wall seconds of one step (its process CPU seconds are added to ``self.cpu``)."""
+        c0, t0 = time.process_time(), time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(self.model(self.x), self.target)
         loss.backward()
         self.opt.step()
-        return time.perf_counter() - t0
+        t1, c1 = time.perf_counter(), time.process_time()
+        self.cpu.append(c1 - c0)
+        return t1 - t0
 
     def profiled_step(self) -> tuple[float, float, dict[str, float]]:
         """(pooling seconds, step seconds, seconds per pooling operator) of one step under the profiler."""
@@ -65,7 +82,20 @@ class Trainer:
         return sum(ops.values()), wall, ops
 
 
+def warm_operator_path() -> None:
+    """Run each custom operator once, forward and backward, under the profiler (the only place this benchmark
+    takes the operator path), so that one-time costs of the first call (lazy imports, registrations) do not land
+    in the first profiled step."""
+    x = torch.randn(1, 2, 8, 8, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        for fn in (lambda t: pt.max_pool2d(t, 2), lambda t: pt.avg_pool2d(t, 2),
+                   lambda t: pt.adaptive_max_pool2d(t, 2)):
+            fn(x).sum().backward()
+            fn(x.contiguous(memory_format=torch.channels_last)).sum().backward()
+
+
 def run_config(name: str, channels_last: bool, threads: int, args: argparse.Namespace) -> dict:
+    torch._dynamo.reset()
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = MODELS[name](num_classes=1000)
@@ -75,6 +105,8 @@ def run_config(name: str, channels_last: bool, threads: int, args: argparse.Name
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     converted = pt.convert(model)
+    if args.compile:
+        model, converted = torch.compile(model), torch.compile(converted)
     pair = {"original": Trainer(model, x, target), "poolgrad": Trainer(converted, x, target)}
     times: dict[str, list[float]] = {k: [] for k in pair}
     for rep in range(args.warmup + args.reps):
@@ -83,26 +115,33 @@ def run_config(name: str, channels_last: bool, threads: int, args: argparse.Name
             t = pair[k].step()
             if rep >= args.warmup:
                 times[k].append(t)
-    row = {"model": name, "format": "channels_last" if channels_last else "NCHW", "threads": threads,
+    cpu = {k: trainer.cpu[args.warmup:] for k, trainer in pair.items()}
+    row = {"model": name, "mode": "compiled" if args.compile else "eager",
+           "format": "channels_last" if channels_last else "NCHW", "threads": threads,
            "batch": args.batch, "size": args.size, "reps": args.reps}
     for k, trainer in pair.items():
         pool, wall, ops = trainer.profiled_step()
         row[f"{k}_s"] = statistics.median(times[k])
         row[f"{k}_all_s"] = times[k]
+        row[f"{k}_cpu_s"] = statistics.median(cpu[k])
+        row[f"{k}_all_cpu_s"] = cpu[k]
         row[f"{k}_pool_share"] = pool / wall
         row[f"{k}_pool_s"] = pool
         row[f"{k}_pool_ops_s"] = ops
     row["speedup"] = row["original_s"] / row["poolgrad_s"]
+    row["cpu_speedup"] = row["original_cpu_s"] / row["poolgrad_cpu_s"]
     return row
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | format | thr | original step s | converted step s | speed-up | pooling share (orig) | "
-             "pooling share (conv) | pooling s orig -> conv (profiled) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | mode | format | thr | original step s | converted step s | speed-up | CPU s orig -> conv | "
+             "CPU speed-up | pooling share (orig) | pooling share (conv) | pooling s orig -> conv (profiled) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['format']} | {r['threads']} | {r['original_s']:.2f} | "
-                     f"{r['poolgrad_s']:.2f} | {r['speedup']:.2f}x | {100 * r['original_pool_share']:.1f}% | "
+        lines.append(f"| {r['model']} | {r.get('mode', 'eager')} | {r['format']} | {r['threads']} | "
+                     f"{r['original_s']:.2f} | "
+                     f"{r['poolgrad_s']:.2f} | {r['speedup']:.2f}x | {r['original_cpu_s']:.2f} -> "
+                     f"{r['poolgrad_cpu_s']:.2f} | {r['cpu_speedup']:.2f}x | {100 * r['original_pool_share']:.1f}% | "
                      f"{100 * r['poolgrad_pool_share']:.1f}% | {r['original_pool_s']:.3f} -> "
                      f"{r['poolgrad_pool_s']:.3f} |")
     return "\n".join(lines)
@@ -117,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=224, help="image height and width")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models (inductor)")
     parser.add_argument("--json", help="append each configuration's row to this JSON file (a list)")
     parser.add_argument("--markdown", action="store_true", help="print the Markdown table at the end")
     args = parser.parse_args(argv)
     threads = args.threads or sorted({1, os.cpu_count() or 1})
+    warm_operator_path()
     rows: list[dict] = []
     if args.json and os.path.exists(args.json):
         with open(args.json) as f:
@@ -130,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.models:
                 row = run_config(name, fmt == "channels_last", th, args)
                 rows.append(row)
-                print(f"{name:14s} {fmt:13s} {th}t original {row['original_s']:.3f}s poolgrad "
-                      f"{row['poolgrad_s']:.3f}s speed-up {row['speedup']:.2f}x pooling share "
+                print(f"{name:14s} {row['mode']:8s} {fmt:13s} {th}t original {row['original_s']:.3f}s poolgrad "
+                      f"{row['poolgrad_s']:.3f}s speed-up {row['speedup']:.2f}x (CPU time {row['cpu_speedup']:.2f}x) "
+                      f"pooling share "
                       f"{100 * row['original_pool_share']:.1f}% -> {100 * row['poolgrad_pool_share']:.1f}%",
                       flush=True)
                 if args.json:

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-import poolgrad as pg  # noqa: E402
 import poolgrad.torch as pt  # noqa: E402
+from test_torch_ops import _spy, assert_torch_settings_reach_poolgrad  # noqa: E402  (tests/ is on sys.path)
 
 FNS = [
     ("max", lambda x: pt.max_pool2d(x, 3, 2, 1)),
@@ -67,27 +67,12 @@ def test_fullgraph_inductor_converted_net():
 
 
 def test_compiled_graph_reads_threads_and_determinism_at_run_time(monkeypatch):
-    calls = []
-    real = pg.max_pool2d_with_indices_backward
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(pg, "max_pool2d_with_indices_backward", spy)
+    calls = _spy(monkeypatch, "max_pool2d_with_indices_backward")
     torch._dynamo.reset()
     compiled = torch.compile(lambda t: pt.max_pool2d(t, 2).sum(), fullgraph=True, backend="aot_eager")
-    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    try:
-        for threads, det in ((1, False), (3, True)):
-            torch.set_num_threads(threads)
-            torch.use_deterministic_algorithms(det)
-            x = torch.randn(1, 2, 8, 8, requires_grad=True)
-            compiled(x).backward()
-            assert calls[-1]["num_threads"] == threads and calls[-1]["deterministic"] is det
-    finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
+    assert_torch_settings_reach_poolgrad(((1, False), (3, True)),
+                                         lambda: compiled(torch.randn(1, 2, 8, 8, requires_grad=True)).backward(),
+                                         lambda: calls[-1][1])
 
 
 def test_traced_invalid_parameters_fail_with_poolgrads_message():

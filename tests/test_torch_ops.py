@@ -149,20 +149,29 @@ def test_tensors_reach_poolgrad_as_views(monkeypatch, dtype, fmt):
     assert _address(go_arr) == g.data_ptr() and _address(x_arr) == x.data_ptr()
 
 
-def test_thread_count_and_determinism_come_from_torch(monkeypatch):
-    calls = _spy(monkeypatch, "avg_pool2d_backward")
+def assert_torch_settings_reach_poolgrad(settings, backward, last_kwargs) -> None:
+    """For each (threads, deterministic) of ``settings``: set both in PyTorch, run ``backward()``, and check that
+    the poolgrad call it made (``last_kwargs()``: its keyword arguments) got both; PyTorch's own settings are
+    restored afterwards.  Shared with tests/test_torch_compile.py."""
     old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     try:
-        for threads, det in ((1, True), (2, False)):
+        for threads, det in settings:
             torch.set_num_threads(threads)
             torch.use_deterministic_algorithms(det)
-            x = torch.randn(1, 2, 6, 6, requires_grad=True)
-            pt.avg_pool2d(x, 2).sum().backward()
-            assert calls[-1][1]["num_threads"] == threads
-            assert calls[-1][1]["deterministic"] is det
+            backward()
+            kwargs = last_kwargs()
+            assert kwargs["num_threads"] == threads and kwargs["deterministic"] is det
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_det)
+
+
+def test_thread_count_and_determinism_come_from_torch(monkeypatch):
+    calls = _spy(monkeypatch, "avg_pool2d_backward")
+    assert_torch_settings_reach_poolgrad(
+        ((1, True), (2, False)),
+        lambda: pt.avg_pool2d(torch.randn(1, 2, 6, 6, requires_grad=True), 2).sum().backward(),
+        lambda: calls[-1][1])
 
 
 @pytest.mark.parametrize("fn", [lambda x: pt.max_pool2d(x, 3, 1, 1), lambda x: pt.adaptive_max_pool2d(x, 100)],
@@ -241,6 +250,75 @@ def test_empty_outputs_as_torch():
         assert y.shape[0] == 0 and y.shape[2:] in ((3, 3), (4, 4))
         y.sum().backward()
         assert x.grad.shape == x.shape
+
+
+EAGER_FNS = [
+    ("max", lambda x: pt.max_pool2d(x, 3, 2, 1), "_MaxPoolEager"),
+    ("avg", lambda x: pt.avg_pool2d(x, 3, 2, 1, count_include_pad=False), "_AvgPoolEager"),
+    ("adaptive", lambda x: pt.adaptive_max_pool2d(x, (4, 3)), "_AdaptiveMaxPoolEager"),
+]
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last], ids=["contiguous", "channels_last"])
+@pytest.mark.parametrize("name,fn,eager_node", EAGER_FNS, ids=[e[0] for e in EAGER_FNS])
+def test_eager_path_equals_the_operator_path(name, fn, eager_node, fmt):
+    """Plain eager calls skip the dispatcher; under the profiler (like every tracing or mode) the custom operators
+    run instead.  Both give the same values, gradients and strides, bit for bit."""
+    x = torch.randn(2, 5, 11, 9).contiguous(memory_format=fmt)
+    g = torch.randn_like(fn(x))
+    results = []
+    old_det = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        for profiled in (False, True):
+            xr = x.clone().requires_grad_()
+            if profiled:
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                    y = fn(xr)
+                    y.backward(g)
+                events = {e.key for e in prof.key_averages()}
+                assert any(e.startswith("poolgrad::") and e.endswith("_backward") for e in events)
+                assert eager_node not in type(y.grad_fn).__name__
+            else:
+                y = fn(xr)
+                assert type(y.grad_fn).__name__ == eager_node + "Backward"
+                y.backward(g)
+            results.append((y, xr.grad))
+    finally:
+        torch.use_deterministic_algorithms(old_det)
+    (ya, ga), (yb, gb) = results
+    assert torch.equal(ya, yb) and ya.stride() == yb.stride()
+    assert torch.equal(ga, gb) and ga.stride() == gb.stride()
+
+
+@pytest.mark.parametrize("call,backward", [
+    (lambda x, r: pt.max_pool2d(x, 3, 2, 1, return_indices=r), "max_pool2d_with_indices_backward"),
+    (lambda x, r: pt.adaptive_max_pool2d(x, 4, return_indices=r), "adaptive_max_pool2d_backward")],
+    ids=["max", "adaptive"])
+def test_indices_int32_inside_channels_last_only(monkeypatch, call, backward):
+    """Indices nobody sees travel to the backward as int32 for channels-last inputs (fewer bytes; measured in
+    bench/experiments/torch_overhead.py); returned indices, and NCHW ones, are int64 as PyTorch's."""
+    bwd = _spy(monkeypatch, backward)
+    for fmt, internal in ((torch.channels_last, np.int32), (torch.contiguous_format, np.int64)):
+        x = torch.randn(2, 3, 8, 8).contiguous(memory_format=fmt).requires_grad_()
+        call(x, False).sum().backward()
+        assert bwd[-1][0][2].dtype == internal
+        y, idx = call(x, True)
+        assert idx.dtype == torch.int64
+        y.sum().backward()
+        assert bwd[-1][0][2].dtype == np.int64
+
+
+def test_index_dtype_of_the_forward_operators():
+    x = torch.randn(2, 3, 9, 9).contiguous(memory_format=torch.channels_last)
+    for op, args in ((torch.ops.poolgrad.max_pool2d_with_indices, ([3, 3], [2, 2], [1, 1], [1, 1], False)),
+                     (torch.ops.poolgrad.adaptive_max_pool2d, ([4, 4],))):
+        y64, i64 = op(x, *args)
+        y32, i32 = op(x, *args, torch.int32)
+        assert i64.dtype == torch.int64 and i32.dtype == torch.int32
+        assert torch.equal(y32, y64) and torch.equal(i32.long(), i64) and i32.stride() == i64.stride()
+        with pytest.raises(pg.ParamInvalidError, match="index_dtype"):
+            op(x, *args, torch.int16)
 
 
 def test_double_backward_formulas():

@@ -86,6 +86,30 @@ def _check_max_padding(kernel: list[int], padding: list[int]) -> None:
                 f"padding={tuple(padding)} with kernel_size={tuple(kernel)}")
 
 
+# The end of the docstrings of both max poolings (they return and refuse alike), written once.
+_INDEXED_MAX_DOC = """return_indices : bool
+        Also return the int64 index of each maximum within its (H, W) plane.
+
+    Returns
+    -------
+    torch.Tensor or (torch.Tensor, torch.Tensor)
+        The pooled tensor in the input's memory format (and the indices).
+
+    Raises
+    ------
+    poolgrad.ParamInvalidError
+        For every input ``torch.nn.functional.%s`` refuses and for non-CPU tensors;
+        the message names the argument."""
+
+
+def _indexed_max_doc(fn: Any) -> Any:
+    """Complete ``fn``'s docstring with :data:`_INDEXED_MAX_DOC` (named after ``fn``)."""
+    if fn.__doc__:                          # None under python -OO
+        fn.__doc__ = fn.__doc__ % {"indexed_max": _INDEXED_MAX_DOC % fn.__name__}
+    return fn
+
+
+@_indexed_max_doc
 def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
                dilation: IntOrPair = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -100,19 +124,7 @@ def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
         Window parameters; ``stride=None`` (or ``[]``) means ``kernel_size``.
     ceil_mode : bool
         Round the output size up.
-    return_indices : bool
-        Also return the int64 index of each maximum within its (H, W) plane.
-
-    Returns
-    -------
-    torch.Tensor or (torch.Tensor, torch.Tensor)
-        The pooled tensor in the input's memory format (and the indices).
-
-    Raises
-    ------
-    poolgrad.ParamInvalidError
-        For every input ``torch.nn.functional.max_pool2d`` refuses and for non-CPU tensors; the message names
-        the argument.
+    %(indexed_max)s
     """
     _check_tensor(input)
     if not (input.is_floating_point() or input.is_complex()):
@@ -122,8 +134,10 @@ def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
     p = _pair("padding", padding)
     d = _pair("dilation", dilation)
     _check_max_padding(k, p)
-    y, idx = torch.ops.poolgrad.max_pool2d_with_indices(input, k, s, p, d, _flag("ceil_mode", ceil_mode))
-    return (y, idx) if _flag("return_indices", return_indices) else y
+    ret = _flag("return_indices", return_indices)
+    y, idx = _ops.run_max_pool2d(input, k, s, p, d, _flag("ceil_mode", ceil_mode),
+                                 torch.int64 if ret else _ops.internal_index_dtype(input))
+    return (y, idx) if ret else y
 
 
 def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
@@ -166,10 +180,11 @@ def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
         if divisor_override == 0:
             # poolgrad reads 0 as "unused" (CANN's convention); PyTorch refuses it.
             raise pg.ParamInvalidError("divisor_override: expected None or a non-zero int, got 0")
-    return torch.ops.poolgrad.avg_pool2d(input, k, s, p, _flag("ceil_mode", ceil_mode),
-                                         _flag("count_include_pad", count_include_pad), divisor_override)
+    return _ops.run_avg_pool2d(input, k, s, p, _flag("ceil_mode", ceil_mode),
+                               _flag("count_include_pad", count_include_pad), divisor_override)
 
 
+@_indexed_max_doc
 def adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int | None],
                         return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """2-D adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool2d``, computed by poolgrad.
@@ -180,18 +195,7 @@ def adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int | None],
         (N, C, H, W) or (C, H, W) CPU tensor, float32, float64, float16 or bfloat16.
     output_size : int or sequence of 1 or 2 (int or None)
         Output (H, W); None keeps the input's size on that axis.
-    return_indices : bool
-        Also return the int64 index of each maximum within its (H, W) plane.
-
-    Returns
-    -------
-    torch.Tensor or (torch.Tensor, torch.Tensor)
-        The pooled tensor in the input's memory format (and the indices).
-
-    Raises
-    ------
-    poolgrad.ParamInvalidError
-        For every input ``torch.nn.functional.adaptive_max_pool2d`` refuses and for non-CPU tensors.
+    %(indexed_max)s
     """
     _check_tensor(input)
     if not (input.is_floating_point() or input.is_complex()):
@@ -209,8 +213,9 @@ def adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int | None],
     if 0 in o:
         # PyTorch returns an empty result for a zero output size, poolgrad refuses one: nothing to compute.
         return _F.adaptive_max_pool2d(input, output_size, return_indices)
-    y, idx = torch.ops.poolgrad.adaptive_max_pool2d(input, o)
-    return (y, idx) if _flag("return_indices", return_indices) else y
+    ret = _flag("return_indices", return_indices)
+    y, idx = _ops.run_adaptive_max_pool2d(input, o, torch.int64 if ret else _ops.internal_index_dtype(input))
+    return (y, idx) if ret else y
 
 
 class MaxPool2d(nn.MaxPool2d):

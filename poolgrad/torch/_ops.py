@@ -16,20 +16,35 @@ Tensors reach poolgrad as NumPy views (no copies): a channels-last 4-D tensor is
 with ``layout="NHWC"``, a bfloat16 tensor is reinterpreted as int16 and then viewed as ``poolgrad.bfloat16``.
 Results come back with ``torch.from_numpy`` (sharing memory) in the input's memory format.
 
+Two ways in, one set of kernels (``_*_kernel`` below; bench/experiments/torch_overhead.py measures both ways):
+
+* ``run_max_pool2d``, ``run_adaptive_max_pool2d`` and ``run_avg_pool2d`` (what :mod:`poolgrad.torch` calls) go
+  through the custom operators whenever anything may be watching the dispatcher (``torch.compile`` and
+  ``torch.export`` tracing, tensor subclasses and fake tensors, dispatch and function modes, ``torch.func``
+  transforms, ``torch.jit.trace``, the profiler); in plain eager mode they skip the dispatcher and call the same
+  kernels through a small ``torch.autograd.Function``, which saves most of the per-call cost of the operator
+  path (custom-op wrappers, a second dispatch below autograd, argument re-packing) and nothing else;
+* the operators themselves (``torch.ops.poolgrad.*``), for graphs and for direct use.
+
+The backward of the eager path runs the kernel directly too, unless a graph of the backward is being recorded
+(``create_graph=True``), where it calls the backward operator, whose own autograd formula gives double backward.
+
 The thread count (``torch.get_num_threads()``) and the determinism switch
 (``torch.are_deterministic_algorithms_enabled()``) are read when a kernel runs, not when a graph is traced, so a
 compiled model follows later changes of either.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import functools
+from typing import Any, Optional, Sequence, cast
 
 import numpy as np
 import torch
 
 import poolgrad as pg
 
-__all__ = ["is_channels_last", "check_cpu", "output_strides"]
+__all__ = ["is_channels_last", "check_cpu", "output_strides", "internal_index_dtype", "run_max_pool2d",
+           "run_adaptive_max_pool2d", "run_avg_pool2d"]
 
 Tensor = torch.Tensor
 
@@ -77,7 +92,8 @@ def output_strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]
 
 def _numpy_view(t: Tensor, channels_last: bool) -> np.ndarray:
     """A NumPy view of ``t`` (NHWC order when ``channels_last``); bfloat16 travels as int16 bits, viewed back."""
-    t = t.detach()
+    if t.requires_grad:                     # .numpy() refuses tensors that require grad
+        t = t.detach()
     if channels_last:
         t = t.permute(0, 2, 3, 1)
     if t.dtype == torch.bfloat16:
@@ -96,13 +112,19 @@ def _tensor_view(a: np.ndarray, channels_last: bool) -> Tensor:
     return t
 
 
+@functools.lru_cache(maxsize=256)
+def _dense_strides(shape: torch.Size, channels_last: bool) -> tuple[int, ...]:
+    # A training step asks for the same few shapes every step: a dictionary look-up instead of the loop.
+    return output_strides(shape, channels_last)
+
+
 def _in_format(t: Tensor, channels_last: bool) -> Tensor:
     """``t`` with exactly the strides the fake kernel promised (a copy only when poolgrad chose other strides).
 
     poolgrad's outputs follow the input's memory order, so for contiguous and channels-last inputs this is the
     identity; inputs with other strides (slices, transposes) get a dense result here.
     """
-    want = output_strides(t.shape, channels_last)
+    want = _dense_strides(t.shape, channels_last)
     if t.stride() == want:
         return t
     out = torch.empty_strided(t.shape, want, dtype=t.dtype)
@@ -125,6 +147,50 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
 
 _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
                  torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(pg.bfloat16)}
+
+
+_INDEX_DTYPES: dict[torch.dtype, np.dtype[Any]] = {torch.int64: np.dtype(np.int64),
+                                                   torch.int32: np.dtype(np.int32)}
+
+
+def _index_numpy(index_dtype: torch.dtype) -> np.dtype[Any]:
+    known = _INDEX_DTYPES.get(index_dtype)
+    if known is not None:
+        return known
+    raise pg.ParamInvalidError(f"index_dtype: expected torch.int32 or torch.int64, got {index_dtype}")
+
+
+def internal_index_dtype(x: Tensor) -> torch.dtype:
+    """The index dtype to use when the caller never sees the indices (they only travel to the backward).
+
+    int32 for channels-last inputs whose plane fits it: bench/experiments/torch_overhead.py (columns ``np`` and
+    ``np_i32``) measured poolgrad's NHWC forward + backward faster with int32 indices on all 19 channels-last max
+    layers of the five models (batch 32, 1 thread; int64 / int32 time 1.03-1.32x, median 1.16x; a second,
+    noisier run: median 1.11x, 4 of 19 the other way), since half the index bytes are written and read.  In
+    NCHW the int32 backward was slower on small planes (0.6-0.7x on 32x512x7x7 and 32x256x14x14 k3s1p1,
+    backward alone, 25 interleaved repetitions), so NCHW keeps int64.  Symbolic sizes (dynamic shapes) keep
+    int64 too, so the choice adds no guard to a traced graph.
+    """
+    if is_channels_last(x):
+        h, w = x.shape[-2], x.shape[-1]
+        if _concrete(h, w) and h * w <= np.iinfo(np.int32).max:
+            return torch.int32
+    return torch.int64
+
+
+def _plain_eager(t: Tensor) -> bool:
+    """True when nothing but eager autograd can observe a call on ``t``, so the dispatcher may be skipped.
+
+    Checked in this order so that ``torch.compile`` (where ``is_compiling()`` is a constant True) never traces
+    the private calls after it.
+    """
+    return (not torch.compiler.is_compiling()
+            and type(t) is torch.Tensor                        # no subclass, fake or functional tensor
+            and not torch._C._autograd._profiler_enabled()      # keep the operators' names in profiles
+            and torch._C._len_torch_dispatch_stack() == 0       # no TorchDispatchMode (make_fx, FakeTensorMode)
+            and not torch._C._is_torch_function_mode_enabled()
+            and not torch._C._are_functorch_transforms_active()
+            and torch._C._get_tracing_state() is None)          # not inside torch.jit.trace
 
 
 def _concrete(*sizes: object) -> bool:
@@ -159,21 +225,41 @@ def _out_shape(x: Tensor, hw: Sequence[object]) -> list[object]:
 # max_pool2d_with_indices
 # --------------------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("poolgrad::max_pool2d_with_indices", mutates_args=())
-def max_pool2d_with_indices(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-                            dilation: Sequence[int], ceil_mode: bool) -> tuple[Tensor, Tensor]:
-    """Max pooling forward with PyTorch's semantics; returns (values, int64 plane indices)."""
-    check_cpu(x, "input")
+def _max_kernel(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                dilation: Sequence[int], ceil_mode: bool, index_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     cl = is_channels_last(x)
     y, idx = pg.max_pool2d_with_indices(_numpy_view(x, cl), kernel_size, stride, padding, dilation, ceil_mode,
-                                        layout=_layout(cl), num_threads=torch.get_num_threads())
+                                        layout=_layout(cl), index_dtype=_index_numpy(index_dtype),
+                                        num_threads=torch.get_num_threads())
     return _in_format(_tensor_view(y, cl), cl), _in_format(_tensor_view(idx, cl), cl)
+
+
+def _max_backward_kernel(grad_output: Tensor, x: Tensor, indices: Tensor, kernel_size: Sequence[int],
+                         stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                         ceil_mode: bool) -> Tensor:
+    cl = is_channels_last(x)
+    gx = pg.max_pool2d_with_indices_backward(
+        _numpy_view(grad_output, cl), _numpy_view(x, cl), _numpy_view(indices, cl), kernel_size, stride, padding,
+        dilation, ceil_mode, layout=_layout(cl), deterministic=torch.are_deterministic_algorithms_enabled(),
+        num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(gx, cl), cl)
+
+
+@torch.library.custom_op("poolgrad::max_pool2d_with_indices", mutates_args=())
+def max_pool2d_with_indices(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                            dilation: Sequence[int], ceil_mode: bool,
+                            index_dtype: torch.dtype = torch.int64) -> tuple[Tensor, Tensor]:
+    """Max pooling forward with PyTorch's semantics; returns (values, plane indices of ``index_dtype``, int64 by
+    default as PyTorch's, or int32)."""
+    check_cpu(x, "input")
+    return _max_kernel(x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype)
 
 
 @max_pool2d_with_indices.register_fake
 def _max_pool2d_with_indices_fake(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
-                                  padding: Sequence[int], dilation: Sequence[int],
-                                  ceil_mode: bool) -> tuple[Tensor, Tensor]:
+                                  padding: Sequence[int], dilation: Sequence[int], ceil_mode: bool,
+                                  index_dtype: torch.dtype = torch.int64) -> tuple[Tensor, Tensor]:
+    _index_numpy(index_dtype)
     if _concrete(*x.shape):
         y, _ = pg.max_pool2d_with_indices(_probe(x), kernel_size, stride, padding, dilation, ceil_mode)
         hw = y.shape[-2:]
@@ -182,11 +268,11 @@ def _max_pool2d_with_indices_fake(x: Tensor, kernel_size: Sequence[int], stride:
               for i in range(2)]
     shape = _out_shape(x, hw)
     strides = output_strides(shape, is_channels_last(x))
-    return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=torch.int64)
+    return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=index_dtype)
 
 
 def _max_setup(ctx: Any, inputs: tuple, output: Any) -> None:
-    x, kernel_size, stride, padding, dilation, ceil_mode = inputs
+    x, kernel_size, stride, padding, dilation, ceil_mode = inputs[:6]
     _, idx = output
     ctx.save_for_backward(x, idx)
     ctx.params = (kernel_size, stride, padding, dilation, ceil_mode)
@@ -197,10 +283,10 @@ def _max_setup(ctx: Any, inputs: tuple, output: Any) -> None:
 
 def _max_backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
     if grad_y is None:                      # only the indices were used
-        return (None,) * 6
+        return (None,) * 7
     x, idx = ctx.saved_tensors
     grad_x = max_pool2d_with_indices_backward(grad_y, x, idx, *ctx.params)
-    return grad_x, None, None, None, None, None
+    return (grad_x,) + (None,) * 6
 
 
 max_pool2d_with_indices.register_autograd(_max_backward, setup_context=_max_setup)
@@ -210,16 +296,12 @@ max_pool2d_with_indices.register_autograd(_max_backward, setup_context=_max_setu
 def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Tensor, kernel_size: Sequence[int],
                                      stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
                                      ceil_mode: bool) -> Tensor:
-    """Gradient of :func:`max_pool2d_with_indices` with respect to ``x`` (a scatter-add to ``indices``)."""
+    """Gradient of :func:`max_pool2d_with_indices` with respect to ``x`` (a scatter-add to ``indices``, int32 or
+    int64)."""
     check_cpu(grad_output, "grad_output")
     check_cpu(x, "input")
     check_cpu(indices, "indices")
-    cl = is_channels_last(x)
-    gx = pg.max_pool2d_with_indices_backward(
-        _numpy_view(grad_output, cl), _numpy_view(x, cl), _numpy_view(indices, cl), kernel_size, stride, padding,
-        dilation, ceil_mode, layout=_layout(cl), deterministic=torch.are_deterministic_algorithms_enabled(),
-        num_threads=torch.get_num_threads())
-    return _in_format(_tensor_view(gx, cl), cl)
+    return _max_backward_kernel(grad_output, x, indices, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 @max_pool2d_with_indices_backward.register_fake
@@ -232,7 +314,7 @@ def _max_pool2d_with_indices_backward_fake(grad_output: Tensor, x: Tensor, indic
 
 def _gather(grad: Tensor, idx: Tensor) -> Tensor:
     """``grad`` read at the plane indices ``idx`` (the transpose of a scatter-add to ``idx``)."""
-    return grad.flatten(-2).gather(-1, idx.flatten(-2)).reshape(idx.shape)
+    return grad.flatten(-2).gather(-1, idx.flatten(-2).long()).reshape(idx.shape)
 
 
 def _scatter_setup(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -247,27 +329,75 @@ def _scatter_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
 max_pool2d_with_indices_backward.register_autograd(_scatter_backward, setup_context=_scatter_setup)
 
 
+class _MaxPoolEager(torch.autograd.Function):
+    """The eager path of :func:`run_max_pool2d`: the operator's autograd formula, without the dispatcher."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                dilation: Sequence[int], ceil_mode: bool, index_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        out = _max_kernel(x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype)
+        _max_setup(ctx, (x, kernel_size, stride, padding, dilation, ceil_mode), out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple[Tensor | None, ...]:
+        if grad_y is None:
+            return (None,) * 7
+        x, idx = ctx.saved_tensors
+        if torch.is_grad_enabled() or not _plain_eager(grad_y):    # recording a graph of the backward
+            return _max_backward(ctx, grad_y, None)
+        return (_max_backward_kernel(grad_y, x, idx, *ctx.params),) + (None,) * 6
+
+
+def run_max_pool2d(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                   dilation: Sequence[int], ceil_mode: bool, index_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``poolgrad::max_pool2d_with_indices``, in plain eager mode without the dispatcher (module docstring)."""
+    if _plain_eager(x):
+        if x.requires_grad and torch.is_grad_enabled():
+            return cast(tuple[Tensor, Tensor], _MaxPoolEager.apply(  # type: ignore[no-untyped-call]
+                x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype))
+        return _max_kernel(x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype)
+    return cast(tuple[Tensor, Tensor], torch.ops.poolgrad.max_pool2d_with_indices(
+        x, kernel_size, stride, padding, dilation, ceil_mode, index_dtype))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # adaptive_max_pool2d
 # --------------------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("poolgrad::adaptive_max_pool2d", mutates_args=())
-def adaptive_max_pool2d(x: Tensor, output_size: Sequence[int]) -> tuple[Tensor, Tensor]:
-    """Adaptive max pooling forward (PyTorch's windows); returns (values, int64 plane indices)."""
-    check_cpu(x, "input")
+def _adaptive_kernel(x: Tensor, output_size: Sequence[int], index_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     cl = is_channels_last(x)
     y, idx = pg.adaptive_max_pool2d(_numpy_view(x, cl), output_size, layout=_layout(cl),
-                                    num_threads=torch.get_num_threads())
+                                    index_dtype=_index_numpy(index_dtype), num_threads=torch.get_num_threads())
     return _in_format(_tensor_view(y, cl), cl), _in_format(_tensor_view(idx, cl), cl)
 
 
+def _adaptive_backward_kernel(grad_output: Tensor, x: Tensor, indices: Tensor) -> Tensor:
+    cl = is_channels_last(x)
+    gx = pg.adaptive_max_pool2d_backward(
+        _numpy_view(grad_output, cl), _numpy_view(x, cl), _numpy_view(indices, cl), layout=_layout(cl),
+        deterministic=torch.are_deterministic_algorithms_enabled(), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(gx, cl), cl)
+
+
+@torch.library.custom_op("poolgrad::adaptive_max_pool2d", mutates_args=())
+def adaptive_max_pool2d(x: Tensor, output_size: Sequence[int],
+                        index_dtype: torch.dtype = torch.int64) -> tuple[Tensor, Tensor]:
+    """Adaptive max pooling forward (PyTorch's windows); returns (values, plane indices of ``index_dtype``,
+    int64 by default as PyTorch's, or int32)."""
+    check_cpu(x, "input")
+    return _adaptive_kernel(x, output_size, index_dtype)
+
+
 @adaptive_max_pool2d.register_fake
-def _adaptive_max_pool2d_fake(x: Tensor, output_size: Sequence[int]) -> tuple[Tensor, Tensor]:
+def _adaptive_max_pool2d_fake(x: Tensor, output_size: Sequence[int],
+                              index_dtype: torch.dtype = torch.int64) -> tuple[Tensor, Tensor]:
+    _index_numpy(index_dtype)
     if _concrete(*x.shape):
         pg.adaptive_max_pool2d(_probe(x), output_size)
     shape = _out_shape(x, output_size)
     strides = output_strides(shape, is_channels_last(x))
-    return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=torch.int64)
+    return x.new_empty_strided(shape, strides), x.new_empty_strided(shape, strides, dtype=index_dtype)
 
 
 def _adaptive_setup(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -279,9 +409,9 @@ def _adaptive_setup(ctx: Any, inputs: tuple, output: Any) -> None:
 
 def _adaptive_backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple:
     if grad_y is None:
-        return None, None
+        return None, None, None
     x, idx = ctx.saved_tensors
-    return adaptive_max_pool2d_backward(grad_y, x, idx), None
+    return adaptive_max_pool2d_backward(grad_y, x, idx), None, None
 
 
 adaptive_max_pool2d.register_autograd(_adaptive_backward, setup_context=_adaptive_setup)
@@ -289,15 +419,12 @@ adaptive_max_pool2d.register_autograd(_adaptive_backward, setup_context=_adaptiv
 
 @torch.library.custom_op("poolgrad::adaptive_max_pool2d_backward", mutates_args=())
 def adaptive_max_pool2d_backward(grad_output: Tensor, x: Tensor, indices: Tensor) -> Tensor:
-    """Gradient of :func:`adaptive_max_pool2d` with respect to ``x`` (a scatter-add to ``indices``)."""
+    """Gradient of :func:`adaptive_max_pool2d` with respect to ``x`` (a scatter-add to ``indices``, int32 or
+    int64)."""
     check_cpu(grad_output, "grad_output")
     check_cpu(x, "input")
     check_cpu(indices, "indices")
-    cl = is_channels_last(x)
-    gx = pg.adaptive_max_pool2d_backward(
-        _numpy_view(grad_output, cl), _numpy_view(x, cl), _numpy_view(indices, cl), layout=_layout(cl),
-        deterministic=torch.are_deterministic_algorithms_enabled(), num_threads=torch.get_num_threads())
-    return _in_format(_tensor_view(gx, cl), cl)
+    return _adaptive_backward_kernel(grad_output, x, indices)
 
 
 @adaptive_max_pool2d_backward.register_fake
@@ -317,19 +444,66 @@ def _adaptive_scatter_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
 adaptive_max_pool2d_backward.register_autograd(_adaptive_scatter_backward, setup_context=_adaptive_scatter_setup)
 
 
+class _AdaptiveMaxPoolEager(torch.autograd.Function):
+    """The eager path of :func:`run_adaptive_max_pool2d` (as :class:`_MaxPoolEager`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, output_size: Sequence[int],
+                index_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        out = _adaptive_kernel(x, output_size, index_dtype)
+        _adaptive_setup(ctx, (x, output_size), out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: Tensor | None, _grad_idx: Tensor | None) -> tuple[Tensor | None, ...]:
+        if grad_y is None:
+            return None, None, None
+        x, idx = ctx.saved_tensors
+        if torch.is_grad_enabled() or not _plain_eager(grad_y):
+            return _adaptive_backward(ctx, grad_y, None)
+        return _adaptive_backward_kernel(grad_y, x, idx), None, None
+
+
+def run_adaptive_max_pool2d(x: Tensor, output_size: Sequence[int],
+                            index_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``poolgrad::adaptive_max_pool2d``, in plain eager mode without the dispatcher (module docstring)."""
+    if _plain_eager(x):
+        if x.requires_grad and torch.is_grad_enabled():
+            return cast(tuple[Tensor, Tensor], _AdaptiveMaxPoolEager.apply(  # type: ignore[no-untyped-call]
+                x, output_size, index_dtype))
+        return _adaptive_kernel(x, output_size, index_dtype)
+    return cast(tuple[Tensor, Tensor], torch.ops.poolgrad.adaptive_max_pool2d(x, output_size, index_dtype))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # avg_pool2d
 # --------------------------------------------------------------------------------------------------------------
+
+def _avg_kernel(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int]) -> Tensor:
+    cl = is_channels_last(x)
+    y = pg.avg_pool2d(_numpy_view(x, cl), kernel_size, stride, padding, ceil_mode, count_include_pad,
+                      divisor_override, layout=_layout(cl), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(y, cl), cl)
+
+
+def _avg_backward_kernel(grad_output: Tensor, x: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
+                         padding: Sequence[int], ceil_mode: bool, count_include_pad: bool,
+                         divisor_override: Optional[int]) -> Tensor:
+    cl = is_channels_last(x)
+    gx = pg.avg_pool2d_backward(
+        _numpy_view(grad_output, cl), _numpy_view(x, cl), kernel_size, stride, padding, ceil_mode,
+        count_include_pad, divisor_override, layout=_layout(cl),
+        deterministic=torch.are_deterministic_algorithms_enabled(), num_threads=torch.get_num_threads())
+    return _in_format(_tensor_view(gx, cl), cl)
+
 
 @torch.library.custom_op("poolgrad::avg_pool2d", mutates_args=())
 def avg_pool2d(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
                ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int]) -> Tensor:
     """Average pooling forward with PyTorch's divisor rule."""
     check_cpu(x, "input")
-    cl = is_channels_last(x)
-    y = pg.avg_pool2d(_numpy_view(x, cl), kernel_size, stride, padding, ceil_mode, count_include_pad,
-                      divisor_override, layout=_layout(cl), num_threads=torch.get_num_threads())
-    return _in_format(_tensor_view(y, cl), cl)
+    return _avg_kernel(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
 @avg_pool2d.register_fake
@@ -364,12 +538,8 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size: Sequence[in
     """Gradient of :func:`avg_pool2d` with respect to ``x`` (a gather, deterministic in both modes)."""
     check_cpu(grad_output, "grad_output")
     check_cpu(x, "input")
-    cl = is_channels_last(x)
-    gx = pg.avg_pool2d_backward(
-        _numpy_view(grad_output, cl), _numpy_view(x, cl), kernel_size, stride, padding, ceil_mode,
-        count_include_pad, divisor_override, layout=_layout(cl),
-        deterministic=torch.are_deterministic_algorithms_enabled(), num_threads=torch.get_num_threads())
-    return _in_format(_tensor_view(gx, cl), cl)
+    return _avg_backward_kernel(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                divisor_override)
 
 
 @avg_pool2d_backward.register_fake
@@ -389,3 +559,33 @@ def _avg_transpose_backward(ctx: Any, grad_grad_x: Tensor) -> tuple:
 
 
 avg_pool2d_backward.register_autograd(_avg_transpose_backward, setup_context=_avg_transpose_setup)
+
+
+class _AvgPoolEager(torch.autograd.Function):
+    """The eager path of :func:`run_avg_pool2d` (as :class:`_MaxPoolEager`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int]) -> Tensor:
+        y = _avg_kernel(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        _avg_setup(ctx, (x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
+        if torch.is_grad_enabled() or not _plain_eager(grad_y):
+            return _avg_backward(ctx, grad_y)
+        (x,) = ctx.saved_tensors
+        return (_avg_backward_kernel(grad_y, x, *ctx.params),) + (None,) * 6
+
+
+def run_avg_pool2d(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                   ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int]) -> Tensor:
+    """``poolgrad::avg_pool2d``, in plain eager mode without the dispatcher (module docstring)."""
+    if _plain_eager(x):
+        if x.requires_grad and torch.is_grad_enabled():
+            return cast(Tensor, _AvgPoolEager.apply(  # type: ignore[no-untyped-call]
+                x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
+        return _avg_kernel(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return cast(Tensor, torch.ops.poolgrad.avg_pool2d(x, kernel_size, stride, padding, ceil_mode,
+                                                      count_include_pad, divisor_override))
