@@ -134,8 +134,74 @@ PG_AVG_LOOPS(double, f64_base, )
 PG_AVG_LOOPS(float, f32_avx2, PG_AVG_AVX2)
 PG_AVG_LOOPS(double, f64_avx2, PG_AVG_AVX2)
 #define PG_AVG_PICK(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
+
+/* AVX-512 sum / acc rows: whole rows as masked vectors.  The plane loops' rows are short (7 - 35 values on the
+ * real layers of bench/cnn_layers.py), where the AVX2 loops spend much of their time in scalar tails and loop
+ * set-up; a masked last vector has neither.  Same additions in the same order: the same bits. */
+#define PG_AVG_M8(n, i) ((n) - (i) >= 8 ? (__mmask8)0xff : (__mmask8)((1u << ((n) - (i))) - 1u))
+#define PG_AVG_M16(n, i) ((n) - (i) >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ((n) - (i))) - 1u))
+PG_AVG_AVX512 static void pg_avg_sum_f64_avx512(double *restrict o, const double *restrict a,
+                                                const double *restrict b, const double *restrict c, Py_ssize_t n) {
+    Py_ssize_t i;
+    if (b == NULL)
+        for (i = 0; i < n; i += 8) {
+            __mmask8 m = PG_AVG_M8(n, i);
+            _mm512_mask_storeu_pd(o + i, m, _mm512_maskz_loadu_pd(m, a + i));
+        }
+    else if (c == NULL)
+        for (i = 0; i < n; i += 8) {
+            __mmask8 m = PG_AVG_M8(n, i);
+            _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, a + i),
+                                                          _mm512_maskz_loadu_pd(m, b + i)));
+        }
+    else
+        for (i = 0; i < n; i += 8) {
+            __mmask8 m = PG_AVG_M8(n, i);
+            __m512d v = _mm512_add_pd(_mm512_maskz_loadu_pd(m, a + i), _mm512_maskz_loadu_pd(m, b + i));
+            _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i)));
+        }
+}
+PG_AVG_AVX512 static void pg_avg_acc_f64_avx512(double *restrict o, const double *restrict a, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i += 8) {
+        __mmask8 m = PG_AVG_M8(n, i);
+        _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, o + i),
+                                                      _mm512_maskz_loadu_pd(m, a + i)));
+    }
+}
+PG_AVG_AVX512 static void pg_avg_sum_f32_avx512(float *restrict o, const float *restrict a,
+                                                const float *restrict b, const float *restrict c, Py_ssize_t n) {
+    Py_ssize_t i;
+    if (b == NULL)
+        for (i = 0; i < n; i += 16) {
+            __mmask16 m = PG_AVG_M16(n, i);
+            _mm512_mask_storeu_ps(o + i, m, _mm512_maskz_loadu_ps(m, a + i));
+        }
+    else if (c == NULL)
+        for (i = 0; i < n; i += 16) {
+            __mmask16 m = PG_AVG_M16(n, i);
+            _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i),
+                                                          _mm512_maskz_loadu_ps(m, b + i)));
+        }
+    else
+        for (i = 0; i < n; i += 16) {
+            __mmask16 m = PG_AVG_M16(n, i);
+            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+            _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c + i)));
+        }
+}
+PG_AVG_AVX512 static void pg_avg_acc_f32_avx512(float *restrict o, const float *restrict a, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = PG_AVG_M16(n, i);
+        _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i),
+                                                      _mm512_maskz_loadu_ps(m, a + i)));
+    }
+}
+#define PG_AVG_PICKW(NAME, S, ARGS)                                                                           \
+    do { if (pg_avg_simd == 2) NAME##S##_avx512 ARGS; else if (pg_avg_simd) NAME##S##_avx2 ARGS;             \
+         else NAME##S##_base ARGS; } while (0)
 #else
 #define PG_AVG_PICK(NAME, S, ARGS) NAME##S##_base ARGS
+#define PG_AVG_PICKW(NAME, S, ARGS) NAME##S##_base ARGS
 #endif
 
 static inline void pg_avg_div_f32(float *t, const float *g, const float *d, Py_ssize_t n)
@@ -143,17 +209,17 @@ static inline void pg_avg_div_f32(float *t, const float *g, const float *d, Py_s
 static inline void pg_avg_div_f64(double *t, const double *g, const double *d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_div_, f64, (t, g, d, n)); }
 static inline void pg_avg_sum_f32(float *o, const float *a, const float *b, const float *c, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_sum_, f32, (o, a, b, c, n)); }
+{ PG_AVG_PICKW(pg_avg_sum_, f32, (o, a, b, c, n)); }
 static inline void pg_avg_sum_f64(double *o, const double *a, const double *b, const double *c, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_sum_, f64, (o, a, b, c, n)); }
+{ PG_AVG_PICKW(pg_avg_sum_, f64, (o, a, b, c, n)); }
 static inline void pg_avg_divs_f32(float *t, const float *g, float d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_divs_, f32, (t, g, d, n)); }
 static inline void pg_avg_divs_f64(double *t, const double *g, double d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_divs_, f64, (t, g, d, n)); }
 static inline void pg_avg_acc_f32(float *o, const float *a, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_acc_, f32, (o, a, n)); }
+{ PG_AVG_PICKW(pg_avg_acc_, f32, (o, a, n)); }
 static inline void pg_avg_acc_f64(double *o, const double *a, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_acc_, f64, (o, a, n)); }
+{ PG_AVG_PICKW(pg_avg_acc_, f64, (o, a, n)); }
 static inline void pg_avg_phase2_f32(float *C, const float *T, Py_ssize_t o0, int n0, Py_ssize_t o1, int n1,
                                      Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_phase2_, f32, (C, T, o0, n0, o1, n1, n)); }

@@ -182,6 +182,9 @@ def _det_problems():
     yield "nhwc f32 k3s2", rng.standard_normal((1, 37, 41, 16)).astype(np.float32), "NHWC", (3, 2, 1, True)
     yield "nchw f16 k2s2", rng.standard_normal((1, 3, 64, 33)).astype(np.float16), "NCHW", (2, 2, 0, True)
     yield "nhwc bf16 k5s2", rng.standard_normal((2, 19, 23, 3)).astype(bfloat16), "NHWC", (5, 2, 2, False)
+    # stride-1 rows: whole-plane mode (NCHW, one item per plane), a k > 3 sum plane in the second
+    yield "nchw bf16 k3s1", rng.standard_normal((2, 9, 17, 17)).astype(bfloat16), "NCHW", (3, 1, 1, False)
+    yield "nchw f16 k5s1", rng.standard_normal((1, 20, 13, 9)).astype(np.float16), "NCHW", ((5, 3), (1, 2), (2, 0), True)
 
 
 @pytest.mark.parametrize("problem", list(_det_problems()), ids=lambda p: p[0])
@@ -206,6 +209,10 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
     assert _bits(from_layout(got, other)) == _bits(from_layout(base, layout))
     fwd = avg_pool2d(xo, k, s, p, ceil, layout=other, num_threads=2)
     assert _bits(from_layout(fwd, other)) == _bits(from_layout(y, layout))
+    # the ring of C rows instead of whole planes (where the plane mode applies: NCHW, stride-1 rows)
+    monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 0)
+    assert avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=1).tobytes() == base.tobytes()
+    monkeypatch.undo()
     # direct column gathers instead of phases
     monkeypatch.setattr(avg_mod, "_column_gather", lambda k, s, wo: True)
     assert avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=2).tobytes() == base.tobytes()
