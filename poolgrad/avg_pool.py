@@ -229,9 +229,13 @@ def _whole_line_rows(gx4: np.ndarray, row_elems: int) -> bool:
 def _plane_rows(ap: _AvgParams, clo_h: np.ndarray, chi_h: np.ndarray, itemsize: int) -> tuple[int, int, int]:
     """Whole-plane mode of the backward: (rows of the C plane, m, k) where input row ih is covered by output
     rows ``ih - m + [0, k)`` clipped to ``[0, Ho)`` - stride 1 down the rows - and the C plane (m zero rows,
-    Ho C rows, zero rows below) plus, for k > 3, an H x W sum plane fit in PLANE_MAX_BYTES; else (0, 0, 0)."""
+    Ho C rows, zero rows below) plus, for k > 3, an H x W sum plane fit in PLANE_MAX_BYTES; (Ho, 0, 0) where
+    every input row is covered by at most one output row (kernel <= stride: DenseNet's k2s2) and the C plane and
+    its rounded copy fit; else (0, 0, 0)."""
     (H, W), (Ho, _), (kh, _), (sh, _), (ph, _) = ap.size, ap.out, ap.kernel, ap.stride, ap.padding
     m = kh - 1 - ph
+    if int(np.max(chi_h - clo_h)) <= 1:
+        return (Ho, 0, 0) if 2 * Ho * W * itemsize <= PLANE_MAX_BYTES else (0, 0, 0)
     if sh != 1 or m < 0:
         return 0, 0, 0
     rows = H + kh - 1                          # C plane rows -m .. H - 1 - m + kh - 1
@@ -453,7 +457,7 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     overwritten by a run): (kernel arguments between the arrays and the scratch, scratch offsets, scratch pool,
     threads)."""
     N, C, H, W = gx4.shape
-    Wo = ap.out[1]
+    Ho, Wo = ap.out
     channel = channel_inner(gx4)
     cs = C if channel else 1
     units = N if channel else N * C
@@ -481,7 +485,7 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
         plane = _plane_rows(ap, clo_h, chi_h, acc.itemsize)
     # ring, trow (the t row and its zero margins), rowacc, row16 (16-bit row), plane, plane_acc
     sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs, plane[0] * W,
-             H * W if plane[2] > 3 else 0]
+             H * W if plane[2] > 3 else Ho * W if plane[0] and plane[2] == 0 else 0]
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
     rows = int(offsets[-1])
     pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))

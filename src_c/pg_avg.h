@@ -196,6 +196,26 @@ PG_AVG_AVX512 static void pg_avg_acc_f32_avx512(float *restrict o, const float *
                                                       _mm512_maskz_loadu_ps(m, a + i)));
     }
 }
+/* phase2 for doubles: 8 cells of each phase per step, interleaved with two permutes (the AVX2 loop, as GCC
+ * vectorises it, cost 2.5x the float32 one on 14-wide rows). */
+PG_AVG_AVX512 static void pg_avg_phase2_f64_avx512(double *restrict C, const double *restrict T0, Py_ssize_t o0,
+                                                   int n0, Py_ssize_t o1, int n1, Py_ssize_t n) {
+    const double *a = T0 + o0, *b = T0 + o1;
+    const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    Py_ssize_t q, nq = n / 2;
+    for (q = 0; q < nq; q += 8) {
+        __mmask8 m = PG_AVG_M8(nq, q);
+        __m512d va = _mm512_maskz_loadu_pd(m, a + q), vb = _mm512_maskz_loadu_pd(m, b + q);
+        if (n0 == 2) va = _mm512_add_pd(va, _mm512_maskz_loadu_pd(m, a + q + 1));
+        if (n1 == 2) vb = _mm512_add_pd(vb, _mm512_maskz_loadu_pd(m, b + q + 1));
+        Py_ssize_t left = 2 * (nq - q);          /* output cells of this step: 16 or fewer */
+        __mmask8 m0 = left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1u);
+        __mmask8 m1 = left >= 16 ? (__mmask8)0xff : left > 8 ? (__mmask8)((1u << (left - 8)) - 1u) : (__mmask8)0;
+        _mm512_mask_storeu_pd(C + 2 * q, m0, _mm512_permutex2var_pd(va, lo, vb));
+        _mm512_mask_storeu_pd(C + 2 * q + 8, m1, _mm512_permutex2var_pd(va, hi, vb));
+    }
+    if (n & 1) C[2 * nq] = n0 == 1 ? a[nq] : a[nq] + a[nq + 1];
+}
 #define PG_AVG_PICKW(NAME, S, ARGS)                                                                           \
     do { if (pg_avg_simd == 2) NAME##S##_avx512 ARGS; else if (pg_avg_simd) NAME##S##_avx2 ARGS;             \
          else NAME##S##_base ARGS; } while (0)
@@ -225,7 +245,7 @@ static inline void pg_avg_phase2_f32(float *C, const float *T, Py_ssize_t o0, in
 { PG_AVG_PICK(pg_avg_phase2_, f32, (C, T, o0, n0, o1, n1, n)); }
 static inline void pg_avg_phase2_f64(double *C, const double *T, Py_ssize_t o0, int n0, Py_ssize_t o1, int n1,
                                      Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
+{ PG_AVG_PICKW(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
 
 /* ---- streaming stores ------------------------------------------------------------------------------------ */
 
