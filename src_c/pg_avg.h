@@ -57,11 +57,24 @@
 #define PG_AVG_DISPATCH 1
 #define PG_AVG_AVX2 __attribute__((target("avx2,f16c,fma")))
 #define PG_AVG_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,f16c,fma")))
+#define PG_AVG_AVX512BF __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,avx2,f16c,fma")))
 #else
 #define PG_AVG_DISPATCH 0
 #endif
 
 static int pg_avg_simd = 0;   /* 1: use the AVX2 variants; 2: also the AVX-512 ones (16-bit stores) */
+/* 1: at level 2, round bfloat16 stores with AVX512-BF16's VCVTNEPS2BF16 (same bits; set at import where the CPU
+ * has it, settable for tests so that the integer rounding is tested on such CPUs too) */
+static int pg_avg_bf16cvt = 0;
+
+static int pg_avg_bf16cvt_available(void) {
+#if PG_AVG_DISPATCH
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
 
 static int pg_avg_simd_available(void) {
 #if PG_AVG_DISPATCH
@@ -503,7 +516,7 @@ static inline int pg_avg_pow2(double q) {
 PG_AVG_AVX512 static inline __m512d pg_avg_qdiv8(__m512d s, __m512d q, __m512d y) {   /* as pg_avg_qdiv */
     __m512d z = _mm512_mul_pd(s, y);
     __m512d r = _mm512_fnmadd_pd(z, q, s);
-    __mmask8 finite = _mm512_cmp_pd_mask(_mm512_sub_pd(s, s), _mm512_setzero_pd(), _CMP_EQ_OQ);
+    __mmask8 finite = (__mmask8)~_mm512_fpclass_pd_mask(s, 0x99);     /* not NaN (0x81) or +-Inf (0x18) */
     return _mm512_mask3_fmadd_pd(r, y, z, finite);                     /* non-finite lanes keep z */
 }
 PG_AVG_AVX512 static inline __m128i pg_avg_pack8_f16(__m256i u) {
@@ -525,29 +538,85 @@ PG_AVG_AVX512 static inline __m512d pg_avg_widen8_bf16(const uint16_t *p, __mmas
     return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)),
                                                                  16)));
 }
-#define PG_AVG_LOOPS16_AVX512(S)                                                                              \
-PG_AVG_AVX512 static void pg_avg_sumst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
-                                                  const double *restrict b, const double *restrict c,        \
-                                                  double q, Py_ssize_t n) {                                  \
-    const double y = q != 0 ? 1.0 / q : 0.0;                                                                 \
-    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(y);                                            \
-    const __m512d z = _mm512_setzero_pd();                                                                   \
+/* Round-to-odd for the float16 store, cheaper: the inexact bit is "any of the 29 fraction bits float32 drops
+ * is set" - exact wherever RZ(v) is a normal float32 or overflows (then both 16-bit types round to Inf either
+ * way).  Below 2^-126 float32 keeps fewer bits, but every such value rounds to +-0 in float16 whatever the odd
+ * bit, so for float16 the result is always that of pg_avg_odd8 (one test instead of a conversion back and a
+ * compare).  NaN stays NaN (a set bit 0 is dropped by the 16-bit conversions). */
+PG_AVG_AVX512 static inline __m256i pg_avg_odd8t(__m512d v) {
+    __m256 f = _mm512_cvt_roundpd_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask8 inexact = _mm512_test_epi64_mask(_mm512_castpd_si512(v), _mm512_set1_epi64(0x1fffffff));
+    __m256i u = _mm256_castps_si256(f);
+    return _mm256_mask_or_epi32(u, inexact, u, _mm256_set1_epi32(1));
+}
+PG_AVG_AVX512 static inline __m128i pg_avg_round8_f16(__m512d v) { return pg_avg_pack8_f16(pg_avg_odd8t(v)); }
+PG_AVG_AVX512 static inline __m128i pg_avg_round8_bf16(__m512d v) { return pg_avg_pack8_bf16(pg_avg_odd8(v)); }
+/* bfloat16 with AVX512-BF16: VCVTNEPS2BF16 rounds float32 to nearest even and quiets NaN as pg_f32_to_bf16 does,
+ * in one instruction instead of nine, but reads float32 subnormals as zero.  They arise only from |v| < 2^-126
+ * (then the exact pg_avg_odd8 and the integer rounding are used for the whole vector; rare in gradients);
+ * elsewhere pg_avg_odd8t is exact (see above). */
+PG_AVG_AVX512BF static inline __m128i pg_avg_round8_bf16cvt(__m512d v) {
+    __mmask8 tiny = _mm512_cmp_pd_mask(_mm512_abs_pd(v), _mm512_set1_pd(0x1p-126), _CMP_LT_OQ);
+    tiny = _mm512_mask_cmp_pd_mask(tiny, v, _mm512_setzero_pd(), _CMP_NEQ_OQ);
+    if (__builtin_expect(tiny != 0, 0)) return pg_avg_pack8_bf16(pg_avg_odd8(v));
+    return (__m128i)_mm256_cvtneps_pbh(_mm256_castsi256_ps(pg_avg_odd8t(v)));
+}
+/* s / q (how 1: q a power of two, s * (1/q) exact; 2: Markstein's correctly rounded quotient; 3: as 2, + 0) */
+PG_AVG_AVX512 static inline __attribute__((always_inline)) __m512d pg_avg_quot8(__m512d v, __m512d vq, __m512d vy,
+                                                                               const int how) {
+    if (how == 1) return _mm512_mul_pd(v, vy);
+    if (how == 2) return pg_avg_qdiv8(v, vq, vy);
+    if (how == 3) return _mm512_add_pd(pg_avg_qdiv8(v, vq, vy), _mm512_setzero_pd());
+    return v;
+}
+/* sumst / divst, one loop per (number of terms, kind of division) so that neither is tested per vector: whole
+ * vectors, then the tail under a mask. */
+#define PG_AVG_STORES512(NAME, ROUND, ATTR)                                                                   \
+ATTR static inline __attribute__((always_inline)) void NAME##_sumst_k(uint16_t *restrict o,                  \
+        const double *restrict a, const double *restrict b, const double *restrict c, __m512d vq, __m512d vy,  \
+        Py_ssize_t n, const int terms, const int how) {                                                      \
+    Py_ssize_t i = 0;                                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m512d v = _mm512_loadu_pd(a + i);                                                                  \
+        if (terms > 1) v = _mm512_add_pd(v, _mm512_loadu_pd(b + i));                                         \
+        if (terms > 2) v = _mm512_add_pd(v, _mm512_loadu_pd(c + i));                                         \
+        _mm_storeu_si128((__m128i *)(o + i), ROUND(pg_avg_quot8(v, vq, vy, how)));                           \
+    }                                                                                                        \
+    if (i < n) {                                                                                             \
+        __mmask8 m = (__mmask8)((1u << (n - i)) - 1u);                                                       \
+        __m512d v = _mm512_maskz_loadu_pd(m, a + i);                                                         \
+        if (terms > 1) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, b + i));                                \
+        if (terms > 2) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i));                                \
+        _mm_mask_storeu_epi16(o + i, m, ROUND(pg_avg_quot8(v, vq, vy, how)));                                \
+    }                                                                                                        \
+}                                                                                                            \
+ATTR static void NAME##_sumst(uint16_t *restrict o, const double *restrict a, const double *restrict b,       \
+                              const double *restrict c, double q, Py_ssize_t n) {                            \
+    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(q != 0 ? 1.0 / q : 0.0);                      \
     /* 0: no divisor; 1: a power of two (s * y is exact: no correction); 2: positive; 3: negative (+ 0 turns  \
      * the -0 of 0 / q into +0; the sums themselves are never -0) */                                         \
     const int how = q == 0 ? 0 : (pg_avg_pow2(q) && q > 0) ? 1 : q > 0 ? 2 : 3;                               \
-    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
-        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
-        __m512d v = _mm512_maskz_loadu_pd(m, a + i);                                                         \
-        if (b != NULL) {                                                                                     \
-            v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, b + i));                                           \
-            if (c != NULL) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i));                            \
-        }                                                                                                    \
-        if (how == 1) v = _mm512_mul_pd(v, vy);                                                              \
-        else if (how == 2) v = pg_avg_qdiv8(v, vq, vy);                                                      \
-        else if (how == 3) v = _mm512_add_pd(pg_avg_qdiv8(v, vq, vy), z);                                   \
-        _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
+    const int terms = b == NULL ? 1 : c == NULL ? 2 : 3;                                                     \
+    switch (4 * terms + how) {                                                                               \
+    case 4: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 0); break;                                              \
+    case 5: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 1); break;                                              \
+    case 6: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 2); break;                                              \
+    case 7: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 3); break;                                              \
+    case 8: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 0); break;                                              \
+    case 9: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 1); break;                                              \
+    case 10: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 2); break;                                             \
+    case 11: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 3); break;                                             \
+    case 12: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 0); break;                                             \
+    case 13: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 1); break;                                             \
+    case 14: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 2); break;                                             \
+    default: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 3); break;                                             \
     }                                                                                                        \
 }                                                                                                            \
+ATTR static void NAME##_divst(uint16_t *restrict o, const double *restrict a, double q, Py_ssize_t n) {      \
+    /* the forward's channel vectors: a / q, correctly rounded (no + 0) */                                   \
+    NAME##_sumst_k(o, a, NULL, NULL, _mm512_set1_pd(q), _mm512_set1_pd(1.0 / q), n, 1, 2);                   \
+}
+#define PG_AVG_LOOPS16_AVX512(S)                                                                              \
 PG_AVG_AVX512 static void pg_avg_wide16_##S##_avx512(double *restrict t, const uint16_t *restrict g,        \
                                                    Py_ssize_t n) {                                           \
     const __m512d z = _mm512_setzero_pd();                                                                   \
@@ -556,17 +625,12 @@ PG_AVG_AVX512 static void pg_avg_wide16_##S##_avx512(double *restrict t, const u
         _mm512_mask_storeu_pd(t + i, m, _mm512_add_pd(pg_avg_widen8_##S(g + i, m), z));                      \
     }                                                                                                        \
 }                                                                                                            \
-PG_AVG_AVX512 static void pg_avg_divst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
-                                                  double q, Py_ssize_t n) {                                  \
-    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(1.0 / q);                                      \
-    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
-        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
-        __m512d v = pg_avg_qdiv8(_mm512_maskz_loadu_pd(m, a + i), vq, vy);                                  \
-        _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
-    }                                                                                                        \
-}
+
 PG_AVG_LOOPS16_AVX512(f16)
 PG_AVG_LOOPS16_AVX512(bf16)
+PG_AVG_STORES512(pg_avg_f16_avx512, pg_avg_round8_f16, PG_AVG_AVX512)
+PG_AVG_STORES512(pg_avg_bf16_avx512, pg_avg_round8_bf16, PG_AVG_AVX512)
+PG_AVG_STORES512(pg_avg_bf16_avx512bf, pg_avg_round8_bf16cvt, PG_AVG_AVX512BF)
 #define PG_AVG_PICK16(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
 #define PG_AVG_PICK16W(NAME, S, ARGS)                                                                         \
     do { if (pg_avg_simd == 2) NAME##S##_avx512 ARGS; else if (pg_avg_simd) NAME##S##_avx2 ARGS;             \
@@ -585,9 +649,23 @@ static inline void pg_avg_acc16_##S(double *o, const uint16_t *x, Py_ssize_t n) 
 { PG_AVG_PICK16(pg_avg_acc16_, S, (o, x, n)); }                                                              \
 static inline void pg_avg_sumst_##S(uint16_t *o, const double *a, const double *b, const double *c,          \
                                     double q, Py_ssize_t n)                                                  \
-{ PG_AVG_PICK16W(pg_avg_sumst_, S, (o, a, b, c, q, n)); }                                                     \
+{ PG_AVG_PICK16S(_sumst, S, (o, a, b, c, q, n)); }                                                            \
 static inline void pg_avg_divst_##S(uint16_t *o, const double *a, double q, Py_ssize_t n)                    \
-{ PG_AVG_PICK16W(pg_avg_divst_, S, (o, a, q, n)); }
+{ PG_AVG_PICK16S(_divst, S, (o, a, q, n)); }
+
+/* the rounding stores: AVX-512 (for bfloat16 with AVX512-BF16 where pg_avg_bf16cvt says so), AVX2, baseline */
+#if PG_AVG_DISPATCH
+#define PG_AVG_PICK16S(OP, S, ARGS)                                                                           \
+    do { if (pg_avg_simd == 2) { if (PG_AVG_BF16CVT_##S) pg_avg_##S##_avx512bf##OP ARGS;                        \
+                                 else pg_avg_##S##_avx512##OP ARGS; }                                         \
+         else if (pg_avg_simd) pg_avg##OP##_##S##_avx2 ARGS; else pg_avg##OP##_##S##_base ARGS; } while (0)
+#define PG_AVG_BF16CVT_f16 0
+#define PG_AVG_BF16CVT_bf16 pg_avg_bf16cvt
+#define pg_avg_f16_avx512bf_sumst pg_avg_f16_avx512_sumst
+#define pg_avg_f16_avx512bf_divst pg_avg_f16_avx512_divst
+#else
+#define PG_AVG_PICK16S(OP, S, ARGS) pg_avg##OP##_##S##_base ARGS
+#endif
 
 PG_AVG_ENTRY16(f16)
 PG_AVG_ENTRY16(bf16)
