@@ -48,9 +48,10 @@ AVG_ITEMS_PER_THREAD = 8
 # 20 and 24 (issue 8).
 STREAM_MIN_BYTES = 8 << 20
 STREAM_MIN_ROW_BYTES = 4096
-# Plane-contiguous backward with stride-1 rows: a whole plane at once (one row-loop call per plane instead of
+# Plane-contiguous memory: the backward takes a whole plane at once (one row-loop call per plane instead of
 # several per row, _bwd_plane in _avg_pool.pyx.in) while its C plane and sum plane take at most this many bytes
-# of scratch per thread; bigger planes keep the ring of a few C rows, which stays in cache.
+# of scratch per thread, and so does the 16-bit forward (_fwd_plane: the plane's quotients); bigger planes keep
+# the ring of a few C rows / the row loop, which stay in cache.
 PLANE_MAX_BYTES = 128 << 10
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
@@ -316,9 +317,9 @@ class _ForwardPlan:
         run = self.run
         if run is None:
             run = self.run = self._plan(xk)
-        tables, channel, rowacc_off, scratch_pool, nthreads = run
+        tables, channel, plane, rowacc_off, scratch_pool, nthreads = run
         scratch = scratch_pool.take()
-        _avg_pool.forward(self.dt, xk, y4, *tables, channel, scratch, rowacc_off, nthreads)
+        _avg_pool.forward(self.dt, xk, y4, *tables, channel, plane, scratch, rowacc_off, nthreads)
         scratch_pool.give(scratch)
         return y
 
@@ -333,10 +334,13 @@ class _ForwardPlan:
         lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
         nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), self.nthreads)
         rowacc_off = _round_up(W * cs)     # after S, the window rows' sum
-        # rowacc: one channel vector (channels-last) or, for the 16-bit types, one row of Wo quotients
-        rows = rowacc_off + _round_up(max(cs, Wo))
+        # 16-bit plane-contiguous input: one item per plane, the quotients of the whole plane rounded at once
+        plane = not channel and self.dt in ("f16", "bf16") and Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES
+        # rowacc: one channel vector (channels-last), for the 16-bit types one row of Wo quotients or (plane)
+        # all Ho * Wo of them
+        rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane else Wo))
         pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
-        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, rowacc_off, pool, nthreads
+        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, plane, rowacc_off, pool, nthreads
 
 
 def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,

@@ -209,9 +209,11 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
     assert _bits(from_layout(got, other)) == _bits(from_layout(base, layout))
     fwd = avg_pool2d(xo, k, s, p, ceil, layout=other, num_threads=2)
     assert _bits(from_layout(fwd, other)) == _bits(from_layout(y, layout))
-    # the ring of C rows instead of whole planes (where the plane mode applies: NCHW, stride-1 rows)
+    # the ring of C rows and the forward's row items instead of whole planes (where the plane modes apply:
+    # plane-contiguous memory)
     monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 0)
     assert avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=1).tobytes() == base.tobytes()
+    assert avg_pool2d(x, k, s, p, ceil, layout=layout, num_threads=1).tobytes() == y.tobytes()
     monkeypatch.undo()
     # direct column gathers instead of phases
     monkeypatch.setattr(avg_mod, "_column_gather", lambda k, s, wo: True)
