@@ -317,9 +317,9 @@ class _ForwardPlan:
         run = self.run
         if run is None:
             run = self.run = self._plan(xk)
-        tables, channel, plane, rowacc_off, scratch_pool, nthreads = run
+        tables, channel, plane, win, rowacc_off, scratch_pool, nthreads = run
         scratch = scratch_pool.take()
-        _avg_pool.forward(self.dt, xk, y4, *tables, channel, plane, scratch, rowacc_off, nthreads)
+        _avg_pool.forward(self.dt, xk, y4, *tables, channel, plane, win, scratch, rowacc_off, nthreads)
         scratch_pool.give(scratch)
         return y
 
@@ -340,7 +340,11 @@ class _ForwardPlan:
         # all Ho * Wo of them
         rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane else Wo))
         pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
-        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, plane, rowacc_off, pool, nthreads
+        # channels-last windows that do not overlap along the row (kernel <= stride): each summed straight
+        # from x, without writing and reading S (DenseNet's k2s2 NHWC float32 forward, batch 8, 1 thread,
+        # CPU-time medians: 0.98-1.01x PyTorch's out= time, against 0.82-1.01x through S in the run before)
+        win = channel and ap.kernel[1] <= ap.stride[1]
+        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, plane, win, rowacc_off, pool, nthreads
 
 
 def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,

@@ -130,6 +130,18 @@ ATTR static void pg_avg_acc_##S(T *restrict o, const T *restrict a, Py_ssize_t n
 ATTR static void pg_avg_divs_##S(T *restrict t, const T *restrict g, T d, Py_ssize_t n) {                    \
     for (Py_ssize_t i = 0; i < n; i++) t[i] = g[i] / d;                                                      \
 }                                                                                                            \
+ATTR static void pg_avg_sum0_##S(T *restrict o, const T *restrict a, const T *restrict b,                    \
+                                 const T *restrict c, Py_ssize_t n) {                                        \
+    if (b == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] + (T)0;                                    \
+    else if (c == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = (a[i] + (T)0) + b[i];                      \
+    else for (Py_ssize_t i = 0; i < n; i++) o[i] = ((a[i] + (T)0) + b[i]) + c[i];                            \
+}                                                                                                            \
+ATTR static void pg_avg_sumdiv_##S(T *restrict o, const T *restrict a, const T *restrict b,                  \
+                                   const T *restrict c, T d, Py_ssize_t n) {                                 \
+    if (b == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] / d;                                       \
+    else if (c == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = (a[i] + b[i]) / d;                         \
+    else for (Py_ssize_t i = 0; i < n; i++) o[i] = ((a[i] + b[i]) + c[i]) / d;                               \
+}                                                                                                            \
 ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize_t o0, int n0,               \
                                    Py_ssize_t o1, int n1, Py_ssize_t n) {                                    \
     const T *a = T0 + o0, *b = T0 + o1;                                                                      \
@@ -141,11 +153,41 @@ ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize
     if (n & 1) C[2 * nq] = n0 == 1 ? a[nq] : a[nq] + a[nq + 1];                                              \
 }
 
+/* win: y[i] = (sum over window columns j < cols of (sum over window rows r < rows of x[r * rs + j * cs + i],
+ * the first + 0)) / d for i < n, both sums ascending - the forward's order (window rows into S, then S's
+ * columns, then the division) for one channel vector, without S: for channels-last windows that do not overlap
+ * along the row (kernel <= stride, DenseNet's k2s2), where every S value is used once, writing and reading S
+ * cost more than the sums.  Blocks of PG_AVG_WB channels, so the inner loops vectorise. */
+#define PG_AVG_WB 64
+#define PG_AVG_WIN(T, S, ATTR)                                                                                \
+ATTR static void pg_avg_win_##S(T *restrict y, const T *restrict x, Py_ssize_t rs, Py_ssize_t cs,             \
+                                Py_ssize_t rows, Py_ssize_t cols, T d, Py_ssize_t n) {                       \
+    T acc[PG_AVG_WB], col[PG_AVG_WB];                                                                        \
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += PG_AVG_WB) {                                                       \
+        Py_ssize_t m = n - i0 < PG_AVG_WB ? n - i0 : PG_AVG_WB, i, j, r;                                     \
+        for (j = 0; j < cols; j++) {                                                                         \
+            const T *p = x + j * cs + i0;                                                                    \
+            for (i = 0; i < m; i++) col[i] = p[i] + (T)0;                                                    \
+            for (r = 1; r < rows; r++)                                                                       \
+                for (i = 0; i < m; i++) col[i] += p[r * rs + i];                                             \
+            if (j == 0) for (i = 0; i < m; i++) acc[i] = col[i];                                             \
+            else for (i = 0; i < m; i++) acc[i] += col[i];                                                   \
+        }                                                                                                    \
+        for (i = 0; i < m; i++) y[i0 + i] = acc[i] / d;                                                      \
+    }                                                                                                        \
+}
+
 PG_AVG_LOOPS(float, f32_base, )
 PG_AVG_LOOPS(double, f64_base, )
+PG_AVG_WIN(float, f32_base, )
+PG_AVG_WIN(double, f64_base, )
 #if PG_AVG_DISPATCH
 PG_AVG_LOOPS(float, f32_avx2, PG_AVG_AVX2)
 PG_AVG_LOOPS(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_WIN(float, f32_avx2, PG_AVG_AVX2)
+PG_AVG_WIN(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_WIN(float, f32_avx512, PG_AVG_AVX512)
+PG_AVG_WIN(double, f64_avx512, PG_AVG_AVX512)
 #define PG_AVG_PICK(NAME, S, ARGS) do { if (pg_avg_simd) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
 
 /* AVX-512 sum / acc rows: whole rows as masked vectors.  The plane loops' rows are short (7 - 35 values on the
@@ -209,6 +251,45 @@ PG_AVG_AVX512 static void pg_avg_acc_f32_avx512(float *restrict o, const float *
                                                       _mm512_maskz_loadu_ps(m, a + i)));
     }
 }
+/* sum0 (the forward's first window rows: ((a + 0) + b) + c) and sumdiv (the channels-last forward's window
+ * columns and division in one pass, without the row accumulator's write and read), whole rows as masked
+ * vectors */
+#define PG_AVG_SUM0DIV512(T, S, V, W, M, SET1, LOAD, STORE, ADD, DIV)                                         \
+PG_AVG_AVX512 static void pg_avg_sum0_##S##_avx512(T *restrict o, const T *restrict a, const T *restrict b,    \
+                                                 const T *restrict c, Py_ssize_t n) {                        \
+    const V z = SET1(0);                                                                                     \
+    for (Py_ssize_t i = 0; i < n; i += W) {                                                                  \
+        M m = PG_AVG_M##W(n, i);                                                                             \
+        V v = ADD(LOAD(m, a + i), z);                                                                        \
+        if (b != NULL) {                                                                                     \
+            v = ADD(v, LOAD(m, b + i));                                                                      \
+            if (c != NULL) v = ADD(v, LOAD(m, c + i));                                                       \
+        }                                                                                                    \
+        STORE(o + i, m, v);                                                                                  \
+    }                                                                                                        \
+}                                                                                                            \
+PG_AVG_AVX512 static void pg_avg_sumdiv_##S##_avx512(T *restrict o, const T *restrict a, const T *restrict b,  \
+                                                   const T *restrict c, T d, Py_ssize_t n) {                 \
+    const V vd = SET1(d);                                                                                    \
+    Py_ssize_t i;                                                                                            \
+    if (b == NULL)                                                                                           \
+        for (i = 0; i < n; i += W) { M m = PG_AVG_M##W(n, i); STORE(o + i, m, DIV(LOAD(m, a + i), vd)); }    \
+    else if (c == NULL)                                                                                      \
+        for (i = 0; i < n; i += W) {                                                                         \
+            M m = PG_AVG_M##W(n, i);                                                                         \
+            STORE(o + i, m, DIV(ADD(LOAD(m, a + i), LOAD(m, b + i)), vd));                                   \
+        }                                                                                                    \
+    else                                                                                                     \
+        for (i = 0; i < n; i += W) {                                                                         \
+            M m = PG_AVG_M##W(n, i);                                                                         \
+            STORE(o + i, m, DIV(ADD(ADD(LOAD(m, a + i), LOAD(m, b + i)), LOAD(m, c + i)), vd));              \
+        }                                                                                                    \
+}
+PG_AVG_SUM0DIV512(float, f32, __m512, 16, __mmask16, _mm512_set1_ps, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
+                  _mm512_add_ps, _mm512_div_ps)
+PG_AVG_SUM0DIV512(double, f64, __m512d, 8, __mmask8, _mm512_set1_pd, _mm512_maskz_loadu_pd, _mm512_mask_storeu_pd,
+                  _mm512_add_pd, _mm512_div_pd)
+
 /* phase2 for doubles: 8 cells of each phase per step, interleaved with two permutes (the AVX2 loop, as GCC
  * vectorises it, cost 2.5x the float32 one on 14-wide rows). */
 PG_AVG_AVX512 static void pg_avg_phase2_f64_avx512(double *restrict C, const double *restrict T0, Py_ssize_t o0,
@@ -249,6 +330,22 @@ static inline void pg_avg_divs_f32(float *t, const float *g, float d, Py_ssize_t
 { PG_AVG_PICK(pg_avg_divs_, f32, (t, g, d, n)); }
 static inline void pg_avg_divs_f64(double *t, const double *g, double d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_divs_, f64, (t, g, d, n)); }
+static inline void pg_avg_sum0_f32(float *o, const float *a, const float *b, const float *c, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sum0_, f32, (o, a, b, c, n)); }
+static inline void pg_avg_sum0_f64(double *o, const double *a, const double *b, const double *c, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sum0_, f64, (o, a, b, c, n)); }
+static inline void pg_avg_sumdiv_f32(float *o, const float *a, const float *b, const float *c, float d,
+                                     Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sumdiv_, f32, (o, a, b, c, d, n)); }
+static inline void pg_avg_sumdiv_f64(double *o, const double *a, const double *b, const double *c, double d,
+                                     Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sumdiv_, f64, (o, a, b, c, d, n)); }
+static inline void pg_avg_win_f32(float *y, const float *x, Py_ssize_t rs, Py_ssize_t cs, Py_ssize_t rows,
+                                  Py_ssize_t cols, float d, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_win_, f32, (y, x, rs, cs, rows, cols, d, n)); }
+static inline void pg_avg_win_f64(double *y, const double *x, Py_ssize_t rs, Py_ssize_t cs, Py_ssize_t rows,
+                                  Py_ssize_t cols, double d, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_win_, f64, (y, x, rs, cs, rows, cols, d, n)); }
 static inline void pg_avg_acc_f32(float *o, const float *a, Py_ssize_t n)
 { PG_AVG_PICKW(pg_avg_acc_, f32, (o, a, n)); }
 static inline void pg_avg_acc_f64(double *o, const double *a, Py_ssize_t n)

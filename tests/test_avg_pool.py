@@ -182,6 +182,8 @@ def _det_problems():
     yield "nhwc f32 k3s2", rng.standard_normal((1, 37, 41, 16)).astype(np.float32), "NHWC", (3, 2, 1, True)
     yield "nchw f16 k2s2", rng.standard_normal((1, 3, 64, 33)).astype(np.float16), "NCHW", (2, 2, 0, True)
     yield "nhwc bf16 k5s2", rng.standard_normal((2, 19, 23, 3)).astype(bfloat16), "NHWC", (5, 2, 2, False)
+    # channels-last windows that do not overlap along the row: the forward sums them straight from x
+    yield "nhwc f32 k2s2", rng.standard_normal((2, 15, 13, 70)).astype(np.float32), "NHWC", ((2, 3), (2, 3), (1, 1), True)
     # stride-1 rows: whole-plane mode (NCHW, one item per plane), a k > 3 sum plane in the second
     yield "nchw bf16 k3s1", rng.standard_normal((2, 9, 17, 17)).astype(bfloat16), "NCHW", (3, 1, 1, False)
     yield "nchw f16 k5s1", rng.standard_normal((1, 20, 13, 9)).astype(np.float16), "NCHW", ((5, 3), (1, 2), (2, 0), True)
