@@ -49,10 +49,15 @@ AVG_ITEMS_PER_THREAD = 8
 STREAM_MIN_BYTES = 8 << 20
 STREAM_MIN_ROW_BYTES = 4096
 # Plane-contiguous memory: the backward takes a whole plane at once (one row-loop call per plane instead of
-# several per row, _bwd_plane in _avg_pool.pyx.in) while its C plane and sum plane take at most this many bytes
-# of scratch per thread, and so does the 16-bit forward (_fwd_plane: the plane's quotients); bigger planes keep
-# the ring of a few C rows / the row loop, which stay in cache.
+# several per row, _bwd_plane in _avg_pool.pyx.in) where its rows are short enough for the per-row call set-up to
+# cost more than the extra plane pass, and the 16-bit forward too (_fwd_plane: the plane's quotients rounded at
+# once); both only while their plane buffers take at most PLANE_MAX_BYTES of scratch per thread.  Measured here
+# (bfloat16, 1 thread, out=, CPU-time medians of 5 rounds, plane / ring time): stride-1 rows (k3s1p1) 35 wide
+# 0.75, 42 wide 0.77, 48 wide 0.84, 64 wide 1.08-1.10, 112 wide 1.03; rows copied from one output row each (k2s2)
+# 14 wide 0.64, 28 wide 0.84, 42 wide 1.0, 48 wide 1.18, 56 wide 1.19; the forward 0.83-0.99 up to 96 wide.
 PLANE_MAX_BYTES = 128 << 10
+PLANE_MAX_W = 48
+PLANE_COPY_MAX_W = 32
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
 DV_REPEAT_MAX = 1 << 20
@@ -236,8 +241,8 @@ def _plane_rows(ap: _AvgParams, clo_h: np.ndarray, chi_h: np.ndarray, itemsize: 
     (H, W), (Ho, _), (kh, _), (sh, _), (ph, _) = ap.size, ap.out, ap.kernel, ap.stride, ap.padding
     m = kh - 1 - ph
     if int(np.max(chi_h - clo_h)) <= 1:
-        return (Ho, 0, 0) if 2 * Ho * W * itemsize <= PLANE_MAX_BYTES else (0, 0, 0)
-    if sh != 1 or m < 0:
+        return (Ho, 0, 0) if W <= PLANE_COPY_MAX_W and 2 * Ho * W * itemsize <= PLANE_MAX_BYTES else (0, 0, 0)
+    if sh != 1 or m < 0 or W > PLANE_MAX_W:
         return 0, 0, 0
     rows = H + kh - 1                          # C plane rows -m .. H - 1 - m + kh - 1
     if rows < m + Ho or (rows + (H if kh > 3 else 0)) * W * itemsize > PLANE_MAX_BYTES:

@@ -241,6 +241,32 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
         _avg_pool.set_simd(previous != "baseline")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_plane_modes_match_the_ring(dtype, monkeypatch):
+    """Whole-plane modes (backward: stride-1 shifted sums, rows copied from one output row; 16-bit forward: one
+    rounding call per plane) against the ring / row loops, bit for bit, over geometries that exercise clipped,
+    uncovered and zero-margin rows, several divisors and both value extremes."""
+    rng = np.random.default_rng(23)
+    geoms = [((3, 3), (1, 1), (1, 1), False, True, None), ((5, 2), (1, 1), (2, 0), True, False, None),
+             ((1, 1), (1, 1), (0, 0), False, True, None), ((2, 2), (2, 2), (0, 0), True, True, None),
+             ((2, 1), (2, 3), (0, 0), True, False, None), ((3, 3), (3, 2), (1, 1), True, False, -7),
+             ((4, 3), (1, 2), (2, 1), False, True, 3), ((7, 7), (1, 1), (3, 3), False, False, None)]
+    for (k, s, p, ceil, cip, div) in geoms:
+        for H, W in ((7, 9), (14, 14), (17, 23), (31, 32)):
+            x = np.zeros((2, 5, H, W), dtype)
+            y = avg_pool2d(x, k, s, p, ceil, cip, div)
+            for scale in (1.0, 1e-39 if dtype in (bfloat16, np.float32) else 1e-6):
+                go = (rng.standard_normal(y.shape) * scale).astype(dtype)
+                xv = (rng.standard_normal(x.shape) * scale).astype(dtype)
+                args = (k, s, p, ceil, cip, div)
+                monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 1 << 30)
+                gp, fp = avg_pool2d_backward(go, x, *args, num_threads=1), avg_pool2d(xv, *args, num_threads=1)
+                monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 0)
+                gr, fr = avg_pool2d_backward(go, x, *args, num_threads=1), avg_pool2d(xv, *args, num_threads=1)
+                assert gp.tobytes() == gr.tobytes(), (k, s, p, ceil, cip, div, H, W, scale)
+                assert fp.tobytes() == fr.tobytes(), (k, s, p, ceil, cip, div, H, W, scale)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_huge_kernel_and_stride(layout):
     """Parameters up to 2**31 - 1 are valid when the output is non-empty; nothing may scale with them."""
