@@ -340,7 +340,9 @@ class _ForwardPlan:
         nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), self.nthreads)
         rowacc_off = _round_up(W * cs)     # after S, the window rows' sum
         # 16-bit plane-contiguous input: one item per plane, the quotients of the whole plane rounded at once
-        plane = not channel and self.dt in ("f16", "bf16") and Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES
+        # (where there are planes enough to keep every thread busy, as for the backward's bands)
+        plane = (not channel and self.dt in ("f16", "bf16") and Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES
+                 and N * C >= AVG_ITEMS_PER_THREAD * nthreads)
         # rowacc: one channel vector (channels-last), for the 16-bit types one row of Wo quotients or (plane)
         # all Ho * Wo of them
         rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane else Wo))
