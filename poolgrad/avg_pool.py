@@ -49,6 +49,16 @@ AVG_ITEMS_PER_THREAD = 8
 # 20 and 24 (issue 8).
 STREAM_MIN_BYTES = 8 << 20
 STREAM_MIN_ROW_BYTES = 4096
+# Plane-contiguous memory: the backward takes a whole plane at once (one row-loop call per plane instead of
+# several per row, _bwd_plane in _avg_pool.pyx.in) where its rows are short enough for the per-row call set-up to
+# cost more than the extra plane pass, and the 16-bit forward too (_fwd_plane: the plane's quotients rounded at
+# once); both only while their plane buffers take at most PLANE_MAX_BYTES of scratch per thread.  Measured here
+# (bfloat16, 1 thread, out=, CPU-time medians of 5 rounds, plane / ring time): stride-1 rows (k3s1p1) 35 wide
+# 0.75, 42 wide 0.77, 48 wide 0.84, 64 wide 1.08-1.10, 112 wide 1.03; rows copied from one output row each (k2s2)
+# 14 wide 0.64, 28 wide 0.84, 42 wide 1.0, 48 wide 1.18, 56 wide 1.19; the forward 0.83-0.99 up to 96 wide.
+PLANE_MAX_BYTES = 128 << 10
+PLANE_MAX_W = 48
+PLANE_COPY_MAX_W = 32
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
 DV_REPEAT_MAX = 1 << 20
@@ -223,6 +233,28 @@ def _whole_line_rows(gx4: np.ndarray, row_elems: int) -> bool:
             and all(st % 64 == 0 for st, n in zip(gx4.strides[:3], gx4.shape[:3]) if n > 1))
 
 
+def _plane_rows(ap: _AvgParams, clo_h: np.ndarray, chi_h: np.ndarray, itemsize: int) -> tuple[int, int, int]:
+    """Whole-plane mode of the backward: (rows of the C plane, m, k) where input row ih is covered by output
+    rows ``ih - m + [0, k)`` clipped to ``[0, Ho)`` - stride 1 down the rows - and the C plane (m zero rows,
+    Ho C rows, zero rows below) plus, for k > 3, an H x W sum plane fit in PLANE_MAX_BYTES; (Ho, 0, 0) where
+    every input row is covered by at most one output row (kernel <= stride: DenseNet's k2s2) and the C plane and
+    its rounded copy fit; else (0, 0, 0)."""
+    (H, W), (Ho, _), (kh, _), (sh, _), (ph, _) = ap.size, ap.out, ap.kernel, ap.stride, ap.padding
+    m = kh - 1 - ph
+    if int(np.max(chi_h - clo_h)) <= 1:
+        return (Ho, 0, 0) if W <= PLANE_COPY_MAX_W and 2 * Ho * W * itemsize <= PLANE_MAX_BYTES else (0, 0, 0)
+    if sh != 1 or m < 0 or W > PLANE_MAX_W:
+        return 0, 0, 0
+    rows = H + kh - 1                          # C plane rows -m .. H - 1 - m + kh - 1
+    if rows < m + Ho or (rows + (H if kh > 3 else 0)) * W * itemsize > PLANE_MAX_BYTES:
+        return 0, 0, 0
+    ih = np.arange(H, dtype=np.int64)
+    lo, hi = np.clip(ih - m, 0, Ho), np.clip(ih - m + kh, 0, Ho)
+    if not (np.array_equal(lo, clo_h) and np.array_equal(np.maximum(hi, lo), chi_h)):
+        return 0, 0, 0
+    return rows, m, kh
+
+
 def _round_up(n: int, m: int = 16) -> int:
     return -(-n // m) * m
 
@@ -293,9 +325,9 @@ class _ForwardPlan:
         run = self.run
         if run is None:
             run = self.run = self._plan(xk)
-        tables, channel, g_off, scratch_pool, nthreads = run
+        tables, channel, plane, win, rowacc_off, scratch_pool, nthreads = run
         scratch = scratch_pool.take()
-        call = (self.dt, xk, y4, *tables, channel, scratch, g_off, nthreads)
+        call = (self.dt, xk, y4, *tables, channel, plane, win, scratch, rowacc_off, nthreads)
         _avg_pool.forward(*call)
         scratch_pool.give(scratch)
         if self.launch is None:
@@ -315,11 +347,20 @@ class _ForwardPlan:
         dv, hidx = _divisors(ap.key(), acc.char)
         lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
         nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), self.nthreads)
-        g_off = _round_up(W * cs)
-        # G: one channel vector (channels-last) or, for the 16-bit types, one row of Wo quotients
-        rows = g_off + _round_up(max(cs, Wo))
+        rowacc_off = _round_up(W * cs)     # after S, the window rows' sum
+        # 16-bit plane-contiguous input: one item per plane, the quotients of the whole plane rounded at once
+        # (where there are planes enough to keep every thread busy, as for the backward's bands)
+        plane = (not channel and self.dt in ("f16", "bf16") and Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES
+                 and N * C >= AVG_ITEMS_PER_THREAD * nthreads)
+        # rowacc: one channel vector (channels-last), for the 16-bit types one row of Wo quotients or (plane)
+        # all Ho * Wo of them
+        rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane else Wo))
         pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
-        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, g_off, pool, nthreads
+        # channels-last windows that do not overlap along the row (kernel <= stride): each summed straight
+        # from x, without writing and reading S (DenseNet's k2s2 NHWC float32 forward, batch 8, 1 thread,
+        # CPU-time medians: 0.98-1.01x PyTorch's out= time, against 0.82-1.01x through S in the run before)
+        win = channel and ap.kernel[1] <= ap.stride[1]
+        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, plane, win, rowacc_off, pool, nthreads
 
 
 def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,
@@ -457,7 +498,7 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     overwritten by a run): (kernel arguments between the arrays and the scratch, scratch offsets, scratch pool,
     threads)."""
     N, C, H, W = gx4.shape
-    Wo = ap.out[1]
+    Ho, Wo = ap.out
     channel = channel_inner(gx4)
     cs = C if channel else 1
     units = N if channel else N * C
@@ -479,11 +520,16 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     part = split_evenly(H, nb)
     nthreads = max(1, min(nthreads, units * (len(part) - 1)))
     cap = max(1, int(np.max(chi_h - clo_h)))  # ring of expanded output rows: the most covering one input row
-    sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs]  # Cs, Tp, G, U (16-bit row)
+    stream = gx4.nbytes >= STREAM_MIN_BYTES and _whole_line_rows(gx4, W * cs)
+    plane = (0, 0, 0)
+    if not channel and len(part) == 2 and not stream:
+        plane = _plane_rows(ap, clo_h, chi_h, acc.itemsize)
+    # ring, trow (the t row and its zero margins), rowacc, row16 (16-bit row), plane, plane_acc
+    sizes = [cap * W * cs, (left + Wo + right) * cs, W * cs, W * cs, plane[0] * W,
+             H * W if plane[2] > 3 else Ho * W if plane[0] and plane[2] == 0 else 0]
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
     rows = int(offsets[-1])
     pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
-    stream = gx4.nbytes >= STREAM_MIN_BYTES and _whole_line_rows(gx4, W * cs)
     args = (dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part, ap.stride[1], left, mode, channel, cap,
-            stream, dv_rep, float(lcm))
-    return args, read_only(offsets[:4].copy())[0], pool, nthreads
+            stream, dv_rep, float(lcm)) + plane
+    return args, read_only(offsets[:6].copy())[0], pool, nthreads

@@ -54,9 +54,22 @@
 #define PG_AVG_DISPATCH 1
 #define PG_AVG_AVX2 __attribute__((target("avx2,f16c,fma")))
 #define PG_AVG_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,f16c,fma")))
+#define PG_AVG_AVX512BF __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,avx2,f16c,fma")))
 #else
 #define PG_AVG_DISPATCH 0
 #endif
+
+/* 1: at level 2, round bfloat16 stores with AVX512-BF16's VCVTNEPS2BF16 (same bits; set at import where the CPU
+ * has it, settable for tests so that the integer rounding is tested on such CPUs too) */
+static int pg_avg_bf16cvt = 0;
+
+static int pg_avg_bf16cvt_available(void) {
+#if PG_AVG_DISPATCH
+    return pg_cpu_has_avx512bf16();     /* pg_isa.h: the one place that probes the CPU */
+#else
+    return 0;
+#endif
+}
 
 /* ---- one value: float64 -> 16-bit, rounded once --------------------------------------------------------- */
 
@@ -98,6 +111,18 @@ ATTR static void pg_avg_acc_##S(T *restrict o, const T *restrict a, Py_ssize_t n
 ATTR static void pg_avg_divs_##S(T *restrict t, const T *restrict g, T d, Py_ssize_t n) {                    \
     for (Py_ssize_t i = 0; i < n; i++) t[i] = g[i] / d;                                                      \
 }                                                                                                            \
+ATTR static void pg_avg_sum0_##S(T *restrict o, const T *restrict a, const T *restrict b,                    \
+                                 const T *restrict c, Py_ssize_t n) {                                        \
+    if (b == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] + (T)0;                                    \
+    else if (c == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = (a[i] + (T)0) + b[i];                      \
+    else for (Py_ssize_t i = 0; i < n; i++) o[i] = ((a[i] + (T)0) + b[i]) + c[i];                            \
+}                                                                                                            \
+ATTR static void pg_avg_sumdiv_##S(T *restrict o, const T *restrict a, const T *restrict b,                  \
+                                   const T *restrict c, T d, Py_ssize_t n) {                                 \
+    if (b == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] / d;                                       \
+    else if (c == NULL) for (Py_ssize_t i = 0; i < n; i++) o[i] = (a[i] + b[i]) / d;                         \
+    else for (Py_ssize_t i = 0; i < n; i++) o[i] = ((a[i] + b[i]) + c[i]) / d;                               \
+}                                                                                                            \
 ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize_t o0, int n0,               \
                                    Py_ssize_t o1, int n1, Py_ssize_t n) {                                    \
     const T *a = T0 + o0, *b = T0 + o1;                                                                      \
@@ -109,15 +134,170 @@ ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize
     if (n & 1) C[2 * nq] = n0 == 1 ? a[nq] : a[nq] + a[nq + 1];                                              \
 }
 
+/* win: y[i] = (sum over window columns j < cols of (sum over window rows r < rows of x[r * rs + j * cs + i],
+ * the first + 0)) / d for i < n, both sums ascending - the forward's order (window rows into S, then S's
+ * columns, then the division) for one channel vector, without S: for channels-last windows that do not overlap
+ * along the row (kernel <= stride, DenseNet's k2s2), where every S value is used once, writing and reading S
+ * cost more than the sums.  Blocks of PG_AVG_WB channels, so the inner loops vectorise. */
+#define PG_AVG_WB 64
+#define PG_AVG_WIN(T, S, ATTR)                                                                                \
+ATTR static void pg_avg_win_##S(T *restrict y, const T *restrict x, Py_ssize_t rs, Py_ssize_t cs,             \
+                                Py_ssize_t rows, Py_ssize_t cols, T d, Py_ssize_t n) {                       \
+    T acc[PG_AVG_WB], col[PG_AVG_WB];                                                                        \
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += PG_AVG_WB) {                                                       \
+        Py_ssize_t m = n - i0 < PG_AVG_WB ? n - i0 : PG_AVG_WB, i, j, r;                                     \
+        for (j = 0; j < cols; j++) {                                                                         \
+            const T *p = x + j * cs + i0;                                                                    \
+            for (i = 0; i < m; i++) col[i] = p[i] + (T)0;                                                    \
+            for (r = 1; r < rows; r++)                                                                       \
+                for (i = 0; i < m; i++) col[i] += p[r * rs + i];                                             \
+            if (j == 0) for (i = 0; i < m; i++) acc[i] = col[i];                                             \
+            else for (i = 0; i < m; i++) acc[i] += col[i];                                                   \
+        }                                                                                                    \
+        for (i = 0; i < m; i++) y[i0 + i] = acc[i] / d;                                                      \
+    }                                                                                                        \
+}
+
 PG_AVG_LOOPS(float, f32_base, )
 PG_AVG_LOOPS(double, f64_base, )
+PG_AVG_WIN(float, f32_base, )
+PG_AVG_WIN(double, f64_base, )
 #if PG_AVG_DISPATCH
 PG_AVG_LOOPS(float, f32_avx2, PG_AVG_AVX2)
 PG_AVG_LOOPS(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_WIN(float, f32_avx2, PG_AVG_AVX2)
+PG_AVG_WIN(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_WIN(float, f32_avx512, PG_AVG_AVX512)
+PG_AVG_WIN(double, f64_avx512, PG_AVG_AVX512)
 #define PG_AVG_PICK(NAME, S, ARGS)                                                                            \
     do { if (pg_isa() >= PG_ISA_AVX2) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
+
+/* AVX-512 sum / acc rows: whole rows as masked vectors.  The plane loops' rows are short (7 - 35 values on the
+ * real layers of bench/cnn_layers.py), where the AVX2 loops spend much of their time in scalar tails and loop
+ * set-up; a masked last vector has neither.  Same additions in the same order: the same bits. */
+#define PG_AVG_M8(n, i) ((n) - (i) >= 8 ? (__mmask8)0xff : (__mmask8)((1u << ((n) - (i))) - 1u))
+#define PG_AVG_M16(n, i) ((n) - (i) >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ((n) - (i))) - 1u))
+PG_AVG_AVX512 static void pg_avg_sum_f64_avx512(double *restrict o, const double *restrict a,
+                                                const double *restrict b, const double *restrict c, Py_ssize_t n) {
+    Py_ssize_t i;
+    if (b == NULL)
+        for (i = 0; i < n; i += 8) {
+            __mmask8 m = PG_AVG_M8(n, i);
+            _mm512_mask_storeu_pd(o + i, m, _mm512_maskz_loadu_pd(m, a + i));
+        }
+    else if (c == NULL)
+        for (i = 0; i < n; i += 8) {
+            __mmask8 m = PG_AVG_M8(n, i);
+            _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, a + i),
+                                                          _mm512_maskz_loadu_pd(m, b + i)));
+        }
+    else
+        for (i = 0; i < n; i += 8) {
+            __mmask8 m = PG_AVG_M8(n, i);
+            __m512d v = _mm512_add_pd(_mm512_maskz_loadu_pd(m, a + i), _mm512_maskz_loadu_pd(m, b + i));
+            _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i)));
+        }
+}
+PG_AVG_AVX512 static void pg_avg_acc_f64_avx512(double *restrict o, const double *restrict a, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i += 8) {
+        __mmask8 m = PG_AVG_M8(n, i);
+        _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, o + i),
+                                                      _mm512_maskz_loadu_pd(m, a + i)));
+    }
+}
+PG_AVG_AVX512 static void pg_avg_sum_f32_avx512(float *restrict o, const float *restrict a,
+                                                const float *restrict b, const float *restrict c, Py_ssize_t n) {
+    Py_ssize_t i;
+    if (b == NULL)
+        for (i = 0; i < n; i += 16) {
+            __mmask16 m = PG_AVG_M16(n, i);
+            _mm512_mask_storeu_ps(o + i, m, _mm512_maskz_loadu_ps(m, a + i));
+        }
+    else if (c == NULL)
+        for (i = 0; i < n; i += 16) {
+            __mmask16 m = PG_AVG_M16(n, i);
+            _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i),
+                                                          _mm512_maskz_loadu_ps(m, b + i)));
+        }
+    else
+        for (i = 0; i < n; i += 16) {
+            __mmask16 m = PG_AVG_M16(n, i);
+            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+            _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c + i)));
+        }
+}
+PG_AVG_AVX512 static void pg_avg_acc_f32_avx512(float *restrict o, const float *restrict a, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = PG_AVG_M16(n, i);
+        _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i),
+                                                      _mm512_maskz_loadu_ps(m, a + i)));
+    }
+}
+/* sum0 (the forward's first window rows: ((a + 0) + b) + c) and sumdiv (the channels-last forward's window
+ * columns and division in one pass, without the row accumulator's write and read), whole rows as masked
+ * vectors */
+#define PG_AVG_SUM0DIV512(T, S, V, W, M, SET1, LOAD, STORE, ADD, DIV)                                         \
+PG_AVG_AVX512 static void pg_avg_sum0_##S##_avx512(T *restrict o, const T *restrict a, const T *restrict b,    \
+                                                 const T *restrict c, Py_ssize_t n) {                        \
+    const V z = SET1(0);                                                                                     \
+    for (Py_ssize_t i = 0; i < n; i += W) {                                                                  \
+        M m = PG_AVG_M##W(n, i);                                                                             \
+        V v = ADD(LOAD(m, a + i), z);                                                                        \
+        if (b != NULL) {                                                                                     \
+            v = ADD(v, LOAD(m, b + i));                                                                      \
+            if (c != NULL) v = ADD(v, LOAD(m, c + i));                                                       \
+        }                                                                                                    \
+        STORE(o + i, m, v);                                                                                  \
+    }                                                                                                        \
+}                                                                                                            \
+PG_AVG_AVX512 static void pg_avg_sumdiv_##S##_avx512(T *restrict o, const T *restrict a, const T *restrict b,  \
+                                                   const T *restrict c, T d, Py_ssize_t n) {                 \
+    const V vd = SET1(d);                                                                                    \
+    Py_ssize_t i;                                                                                            \
+    if (b == NULL)                                                                                           \
+        for (i = 0; i < n; i += W) { M m = PG_AVG_M##W(n, i); STORE(o + i, m, DIV(LOAD(m, a + i), vd)); }    \
+    else if (c == NULL)                                                                                      \
+        for (i = 0; i < n; i += W) {                                                                         \
+            M m = PG_AVG_M##W(n, i);                                                                         \
+            STORE(o + i, m, DIV(ADD(LOAD(m, a + i), LOAD(m, b + i)), vd));                                   \
+        }                                                                                                    \
+    else                                                                                                     \
+        for (i = 0; i < n; i += W) {                                                                         \
+            M m = PG_AVG_M##W(n, i);                                                                         \
+            STORE(o + i, m, DIV(ADD(ADD(LOAD(m, a + i), LOAD(m, b + i)), LOAD(m, c + i)), vd));              \
+        }                                                                                                    \
+}
+PG_AVG_SUM0DIV512(float, f32, __m512, 16, __mmask16, _mm512_set1_ps, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
+                  _mm512_add_ps, _mm512_div_ps)
+PG_AVG_SUM0DIV512(double, f64, __m512d, 8, __mmask8, _mm512_set1_pd, _mm512_maskz_loadu_pd, _mm512_mask_storeu_pd,
+                  _mm512_add_pd, _mm512_div_pd)
+
+/* phase2 for doubles: 8 cells of each phase per step, interleaved with two permutes (the AVX2 loop, as GCC
+ * vectorises it, cost 2.5x the float32 one on 14-wide rows). */
+PG_AVG_AVX512 static void pg_avg_phase2_f64_avx512(double *restrict C, const double *restrict T0, Py_ssize_t o0,
+                                                   int n0, Py_ssize_t o1, int n1, Py_ssize_t n) {
+    const double *a = T0 + o0, *b = T0 + o1;
+    const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    Py_ssize_t q, nq = n / 2;
+    for (q = 0; q < nq; q += 8) {
+        __mmask8 m = PG_AVG_M8(nq, q);
+        __m512d va = _mm512_maskz_loadu_pd(m, a + q), vb = _mm512_maskz_loadu_pd(m, b + q);
+        if (n0 == 2) va = _mm512_add_pd(va, _mm512_maskz_loadu_pd(m, a + q + 1));
+        if (n1 == 2) vb = _mm512_add_pd(vb, _mm512_maskz_loadu_pd(m, b + q + 1));
+        Py_ssize_t left = 2 * (nq - q);          /* output cells of this step: 16 or fewer */
+        __mmask8 m0 = left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1u);
+        __mmask8 m1 = left >= 16 ? (__mmask8)0xff : left > 8 ? (__mmask8)((1u << (left - 8)) - 1u) : (__mmask8)0;
+        _mm512_mask_storeu_pd(C + 2 * q, m0, _mm512_permutex2var_pd(va, lo, vb));
+        _mm512_mask_storeu_pd(C + 2 * q + 8, m1, _mm512_permutex2var_pd(va, hi, vb));
+    }
+    if (n & 1) C[2 * nq] = n0 == 1 ? a[nq] : a[nq] + a[nq + 1];
+}
+#define PG_AVG_PICKW(NAME, S, ARGS)                                                                           \
+    do { int pg_level_ = pg_isa(); if (pg_level_ >= PG_ISA_AVX512) NAME##S##_avx512 ARGS;                   \
+         else if (pg_level_ >= PG_ISA_AVX2) NAME##S##_avx2 ARGS; else NAME##S##_base ARGS; } while (0)
 #else
 #define PG_AVG_PICK(NAME, S, ARGS) NAME##S##_base ARGS
+#define PG_AVG_PICKW(NAME, S, ARGS) NAME##S##_base ARGS
 #endif
 
 static inline void pg_avg_div_f32(float *t, const float *g, const float *d, Py_ssize_t n)
@@ -125,23 +305,39 @@ static inline void pg_avg_div_f32(float *t, const float *g, const float *d, Py_s
 static inline void pg_avg_div_f64(double *t, const double *g, const double *d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_div_, f64, (t, g, d, n)); }
 static inline void pg_avg_sum_f32(float *o, const float *a, const float *b, const float *c, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_sum_, f32, (o, a, b, c, n)); }
+{ PG_AVG_PICKW(pg_avg_sum_, f32, (o, a, b, c, n)); }
 static inline void pg_avg_sum_f64(double *o, const double *a, const double *b, const double *c, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_sum_, f64, (o, a, b, c, n)); }
+{ PG_AVG_PICKW(pg_avg_sum_, f64, (o, a, b, c, n)); }
 static inline void pg_avg_divs_f32(float *t, const float *g, float d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_divs_, f32, (t, g, d, n)); }
 static inline void pg_avg_divs_f64(double *t, const double *g, double d, Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_divs_, f64, (t, g, d, n)); }
+static inline void pg_avg_sum0_f32(float *o, const float *a, const float *b, const float *c, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sum0_, f32, (o, a, b, c, n)); }
+static inline void pg_avg_sum0_f64(double *o, const double *a, const double *b, const double *c, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sum0_, f64, (o, a, b, c, n)); }
+static inline void pg_avg_sumdiv_f32(float *o, const float *a, const float *b, const float *c, float d,
+                                     Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sumdiv_, f32, (o, a, b, c, d, n)); }
+static inline void pg_avg_sumdiv_f64(double *o, const double *a, const double *b, const double *c, double d,
+                                     Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_sumdiv_, f64, (o, a, b, c, d, n)); }
+static inline void pg_avg_win_f32(float *y, const float *x, Py_ssize_t rs, Py_ssize_t cs, Py_ssize_t rows,
+                                  Py_ssize_t cols, float d, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_win_, f32, (y, x, rs, cs, rows, cols, d, n)); }
+static inline void pg_avg_win_f64(double *y, const double *x, Py_ssize_t rs, Py_ssize_t cs, Py_ssize_t rows,
+                                  Py_ssize_t cols, double d, Py_ssize_t n)
+{ PG_AVG_PICKW(pg_avg_win_, f64, (y, x, rs, cs, rows, cols, d, n)); }
 static inline void pg_avg_acc_f32(float *o, const float *a, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_acc_, f32, (o, a, n)); }
+{ PG_AVG_PICKW(pg_avg_acc_, f32, (o, a, n)); }
 static inline void pg_avg_acc_f64(double *o, const double *a, Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_acc_, f64, (o, a, n)); }
+{ PG_AVG_PICKW(pg_avg_acc_, f64, (o, a, n)); }
 static inline void pg_avg_phase2_f32(float *C, const float *T, Py_ssize_t o0, int n0, Py_ssize_t o1, int n1,
                                      Py_ssize_t n)
 { PG_AVG_PICK(pg_avg_phase2_, f32, (C, T, o0, n0, o1, n1, n)); }
 static inline void pg_avg_phase2_f64(double *C, const double *T, Py_ssize_t o0, int n0, Py_ssize_t o1, int n1,
                                      Py_ssize_t n)
-{ PG_AVG_PICK(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
+{ PG_AVG_PICKW(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
 
 /* ---- streaming stores: pg_stream.h's, under the names the average kernels use ---------------------------- */
 
@@ -323,7 +519,7 @@ static inline int pg_avg_pow2(double q) {
 PG_AVG_AVX512 static inline __m512d pg_avg_qdiv8(__m512d s, __m512d q, __m512d y) {   /* as pg_avg_qdiv */
     __m512d z = _mm512_mul_pd(s, y);
     __m512d r = _mm512_fnmadd_pd(z, q, s);
-    __mmask8 finite = _mm512_cmp_pd_mask(_mm512_sub_pd(s, s), _mm512_setzero_pd(), _CMP_EQ_OQ);
+    __mmask8 finite = (__mmask8)~_mm512_fpclass_pd_mask(s, 0x99);     /* not NaN (0x81) or +-Inf (0x18) */
     return _mm512_mask3_fmadd_pd(r, y, z, finite);                     /* non-finite lanes keep z */
 }
 PG_AVG_AVX512 static inline __m128i pg_avg_pack8_f16(__m256i u) {
@@ -345,29 +541,85 @@ PG_AVG_AVX512 static inline __m512d pg_avg_widen8_bf16(const uint16_t *p, __mmas
     return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)),
                                                                  16)));
 }
-#define PG_AVG_LOOPS16_AVX512(S)                                                                              \
-PG_AVG_AVX512 static void pg_avg_sumst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
-                                                  const double *restrict b, const double *restrict c,        \
-                                                  double q, Py_ssize_t n) {                                  \
-    const double y = q != 0 ? 1.0 / q : 0.0;                                                                 \
-    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(y);                                            \
-    const __m512d z = _mm512_setzero_pd();                                                                   \
+/* Round-to-odd for the float16 store, cheaper: the inexact bit is "any of the 29 fraction bits float32 drops
+ * is set" - exact wherever RZ(v) is a normal float32 or overflows (then both 16-bit types round to Inf either
+ * way).  Below 2^-126 float32 keeps fewer bits, but every such value rounds to +-0 in float16 whatever the odd
+ * bit, so for float16 the result is always that of pg_avg_odd8 (one test instead of a conversion back and a
+ * compare).  NaN stays NaN (a set bit 0 is dropped by the 16-bit conversions). */
+PG_AVG_AVX512 static inline __m256i pg_avg_odd8t(__m512d v) {
+    __m256 f = _mm512_cvt_roundpd_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask8 inexact = _mm512_test_epi64_mask(_mm512_castpd_si512(v), _mm512_set1_epi64(0x1fffffff));
+    __m256i u = _mm256_castps_si256(f);
+    return _mm256_mask_or_epi32(u, inexact, u, _mm256_set1_epi32(1));
+}
+PG_AVG_AVX512 static inline __m128i pg_avg_round8_f16(__m512d v) { return pg_avg_pack8_f16(pg_avg_odd8t(v)); }
+PG_AVG_AVX512 static inline __m128i pg_avg_round8_bf16(__m512d v) { return pg_avg_pack8_bf16(pg_avg_odd8(v)); }
+/* bfloat16 with AVX512-BF16: VCVTNEPS2BF16 rounds float32 to nearest even and quiets NaN as pg_f32_to_bf16 does,
+ * in one instruction instead of nine, but reads float32 subnormals as zero.  They arise only from |v| < 2^-126
+ * (then the exact pg_avg_odd8 and the integer rounding are used for the whole vector; rare in gradients);
+ * elsewhere pg_avg_odd8t is exact (see above). */
+PG_AVG_AVX512BF static inline __m128i pg_avg_round8_bf16cvt(__m512d v) {
+    __mmask8 tiny = _mm512_cmp_pd_mask(_mm512_abs_pd(v), _mm512_set1_pd(0x1p-126), _CMP_LT_OQ);
+    tiny = _mm512_mask_cmp_pd_mask(tiny, v, _mm512_setzero_pd(), _CMP_NEQ_OQ);
+    if (__builtin_expect(tiny != 0, 0)) return pg_avg_pack8_bf16(pg_avg_odd8(v));
+    return (__m128i)_mm256_cvtneps_pbh(_mm256_castsi256_ps(pg_avg_odd8t(v)));
+}
+/* s / q (how 1: q a power of two, s * (1/q) exact; 2: Markstein's correctly rounded quotient; 3: as 2, + 0) */
+PG_AVG_AVX512 static inline __attribute__((always_inline)) __m512d pg_avg_quot8(__m512d v, __m512d vq, __m512d vy,
+                                                                               const int how) {
+    if (how == 1) return _mm512_mul_pd(v, vy);
+    if (how == 2) return pg_avg_qdiv8(v, vq, vy);
+    if (how == 3) return _mm512_add_pd(pg_avg_qdiv8(v, vq, vy), _mm512_setzero_pd());
+    return v;
+}
+/* sumst / divst, one loop per (number of terms, kind of division) so that neither is tested per vector: whole
+ * vectors, then the tail under a mask. */
+#define PG_AVG_STORES512(NAME, ROUND, ATTR)                                                                   \
+ATTR static inline __attribute__((always_inline)) void NAME##_sumst_k(uint16_t *restrict o,                  \
+        const double *restrict a, const double *restrict b, const double *restrict c, __m512d vq, __m512d vy,  \
+        Py_ssize_t n, const int terms, const int how) {                                                      \
+    Py_ssize_t i = 0;                                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                                             \
+        __m512d v = _mm512_loadu_pd(a + i);                                                                  \
+        if (terms > 1) v = _mm512_add_pd(v, _mm512_loadu_pd(b + i));                                         \
+        if (terms > 2) v = _mm512_add_pd(v, _mm512_loadu_pd(c + i));                                         \
+        _mm_storeu_si128((__m128i *)(o + i), ROUND(pg_avg_quot8(v, vq, vy, how)));                           \
+    }                                                                                                        \
+    if (i < n) {                                                                                             \
+        __mmask8 m = (__mmask8)((1u << (n - i)) - 1u);                                                       \
+        __m512d v = _mm512_maskz_loadu_pd(m, a + i);                                                         \
+        if (terms > 1) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, b + i));                                \
+        if (terms > 2) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i));                                \
+        _mm_mask_storeu_epi16(o + i, m, ROUND(pg_avg_quot8(v, vq, vy, how)));                                \
+    }                                                                                                        \
+}                                                                                                            \
+ATTR static void NAME##_sumst(uint16_t *restrict o, const double *restrict a, const double *restrict b,       \
+                              const double *restrict c, double q, Py_ssize_t n) {                            \
+    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(q != 0 ? 1.0 / q : 0.0);                      \
     /* 0: no divisor; 1: a power of two (s * y is exact: no correction); 2: positive; 3: negative (+ 0 turns  \
      * the -0 of 0 / q into +0; the sums themselves are never -0) */                                         \
     const int how = q == 0 ? 0 : (pg_avg_pow2(q) && q > 0) ? 1 : q > 0 ? 2 : 3;                               \
-    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
-        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
-        __m512d v = _mm512_maskz_loadu_pd(m, a + i);                                                         \
-        if (b != NULL) {                                                                                     \
-            v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, b + i));                                           \
-            if (c != NULL) v = _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i));                            \
-        }                                                                                                    \
-        if (how == 1) v = _mm512_mul_pd(v, vy);                                                              \
-        else if (how == 2) v = pg_avg_qdiv8(v, vq, vy);                                                      \
-        else if (how == 3) v = _mm512_add_pd(pg_avg_qdiv8(v, vq, vy), z);                                   \
-        _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
+    const int terms = b == NULL ? 1 : c == NULL ? 2 : 3;                                                     \
+    switch (4 * terms + how) {                                                                               \
+    case 4: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 0); break;                                              \
+    case 5: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 1); break;                                              \
+    case 6: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 2); break;                                              \
+    case 7: NAME##_sumst_k(o, a, b, c, vq, vy, n, 1, 3); break;                                              \
+    case 8: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 0); break;                                              \
+    case 9: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 1); break;                                              \
+    case 10: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 2); break;                                             \
+    case 11: NAME##_sumst_k(o, a, b, c, vq, vy, n, 2, 3); break;                                             \
+    case 12: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 0); break;                                             \
+    case 13: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 1); break;                                             \
+    case 14: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 2); break;                                             \
+    default: NAME##_sumst_k(o, a, b, c, vq, vy, n, 3, 3); break;                                             \
     }                                                                                                        \
 }                                                                                                            \
+ATTR static void NAME##_divst(uint16_t *restrict o, const double *restrict a, double q, Py_ssize_t n) {      \
+    /* the forward's channel vectors: a / q, correctly rounded (no + 0) */                                   \
+    NAME##_sumst_k(o, a, NULL, NULL, _mm512_set1_pd(q), _mm512_set1_pd(1.0 / q), n, 1, 2);                   \
+}
+#define PG_AVG_LOOPS16_AVX512(S)                                                                              \
 PG_AVG_AVX512 static void pg_avg_wide16_##S##_avx512(double *restrict t, const uint16_t *restrict g,        \
                                                    Py_ssize_t n) {                                           \
     const __m512d z = _mm512_setzero_pd();                                                                   \
@@ -376,17 +628,12 @@ PG_AVG_AVX512 static void pg_avg_wide16_##S##_avx512(double *restrict t, const u
         _mm512_mask_storeu_pd(t + i, m, _mm512_add_pd(pg_avg_widen8_##S(g + i, m), z));                      \
     }                                                                                                        \
 }                                                                                                            \
-PG_AVG_AVX512 static void pg_avg_divst_##S##_avx512(uint16_t *restrict o, const double *restrict a,         \
-                                                  double q, Py_ssize_t n) {                                  \
-    const __m512d vq = _mm512_set1_pd(q), vy = _mm512_set1_pd(1.0 / q);                                      \
-    for (Py_ssize_t i = 0; i < n; i += 8) {                                                                  \
-        __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);                          \
-        __m512d v = pg_avg_qdiv8(_mm512_maskz_loadu_pd(m, a + i), vq, vy);                                  \
-        _mm_mask_storeu_epi16(o + i, m, pg_avg_pack8_##S(pg_avg_odd8(v)));                                   \
-    }                                                                                                        \
-}
+
 PG_AVG_LOOPS16_AVX512(f16)
 PG_AVG_LOOPS16_AVX512(bf16)
+PG_AVG_STORES512(pg_avg_f16_avx512, pg_avg_round8_f16, PG_AVG_AVX512)
+PG_AVG_STORES512(pg_avg_bf16_avx512, pg_avg_round8_bf16, PG_AVG_AVX512)
+PG_AVG_STORES512(pg_avg_bf16_avx512bf, pg_avg_round8_bf16cvt, PG_AVG_AVX512BF)
 #define PG_AVG_PICK16 PG_AVG_PICK
 #define PG_AVG_PICK16W(NAME, S, ARGS)                                                                         \
     do { int pg_level_ = pg_isa(); if (pg_level_ >= PG_ISA_AVX512) NAME##S##_avx512 ARGS;                   \
@@ -405,9 +652,25 @@ static inline void pg_avg_acc16_##S(double *o, const uint16_t *x, Py_ssize_t n) 
 { PG_AVG_PICK16(pg_avg_acc16_, S, (o, x, n)); }                                                              \
 static inline void pg_avg_sumst_##S(uint16_t *o, const double *a, const double *b, const double *c,          \
                                     double q, Py_ssize_t n)                                                  \
-{ PG_AVG_PICK16W(pg_avg_sumst_, S, (o, a, b, c, q, n)); }                                                     \
+{ PG_AVG_PICK16S(_sumst, S, (o, a, b, c, q, n)); }                                                            \
 static inline void pg_avg_divst_##S(uint16_t *o, const double *a, double q, Py_ssize_t n)                    \
-{ PG_AVG_PICK16W(pg_avg_divst_, S, (o, a, q, n)); }
+{ PG_AVG_PICK16S(_divst, S, (o, a, q, n)); }
+
+/* the rounding stores: AVX-512 (for bfloat16 with AVX512-BF16 where pg_avg_bf16cvt says so), AVX2, baseline */
+#if PG_AVG_DISPATCH
+#define PG_AVG_PICK16S(OP, S, ARGS)                                                                           \
+    do { int pg_level_ = pg_isa();                                                                           \
+         if (pg_level_ >= PG_ISA_AVX512) { if (PG_AVG_BF16CVT_##S) pg_avg_##S##_avx512bf##OP ARGS;             \
+                                 else pg_avg_##S##_avx512##OP ARGS; }                                         \
+         else if (pg_level_ >= PG_ISA_AVX2) pg_avg##OP##_##S##_avx2 ARGS; else pg_avg##OP##_##S##_base ARGS;  \
+    } while (0)
+#define PG_AVG_BF16CVT_f16 0
+#define PG_AVG_BF16CVT_bf16 pg_avg_bf16cvt
+#define pg_avg_f16_avx512bf_sumst pg_avg_f16_avx512_sumst
+#define pg_avg_f16_avx512bf_divst pg_avg_f16_avx512_divst
+#else
+#define PG_AVG_PICK16S(OP, S, ARGS) pg_avg##OP##_##S##_base ARGS
+#endif
 
 PG_AVG_ENTRY16(f16)
 PG_AVG_ENTRY16(bf16)

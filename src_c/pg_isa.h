@@ -49,6 +49,18 @@ static int pg_cpu_isa(void)
 #endif
 }
 
+/* One extension beyond the levels: AVX512-BF16's float32 -> bfloat16 conversion (the average kernels' bfloat16
+ * rounding stores use it at level 2 where the CPU has it; same bits as their integer rounding). */
+static int pg_cpu_has_avx512bf16(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
 /* The level: this module's own cell until pg_isa_bind points the reads at poolgrad._config's. */
 static int pg_isa_cell = PG_ISA_PORTABLE;
 static int *pg_isa_ref = &pg_isa_cell;

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import poolgrad as pg
-from poolgrad import config
+from poolgrad import _avg_pool, config
 from poolgrad.dtypes import bfloat16
 from poolgrad.slow import avg_pool as slow_avg
 from poolgrad.slow import tf_max_pool as slow_tf
@@ -127,6 +127,7 @@ def _vector_level():
     """Each test may switch the instruction-set level (baseline / AVX2 / AVX-512 row loops); restore afterwards."""
     with config.set_isa_level(config.isa_level()):
         yield
+    _avg_pool.set_bf16_convert(True)
 
 
 # ------------------------------------------------------------------------------------------- average pooling
@@ -144,7 +145,8 @@ def avg_case(draw):
     div = draw(st.sampled_from([None, None, None, 0, 1, -3, 7, 9, 64, 255, -4095, 1 << 20]))
     return dict(shape=(1, draw(st.integers(1, 3)), H, W), k=(kh, kw), s=(sh, sw), p=(ph, pw), ceil=ceil, cip=cip,
                 div=div, dtype=draw(DTYPE), kind=draw(KIND), seed=draw(st.integers(0, 2 ** 32 - 1)),
-                layout=draw(st.sampled_from(["NCHW", "NHWC"])), level=draw(st.sampled_from(config.supported_isa_levels())))
+                layout=draw(st.sampled_from(["NCHW", "NHWC"])), level=draw(st.sampled_from(config.supported_isa_levels())),
+                bf16cvt=draw(st.booleans()))
 
 
 def _avg_windows(c: dict, H: int, W: int):
@@ -199,6 +201,7 @@ def test_avg_pool2d_backward_correctly_rounded(c):
     Ho, Wo = wins[-1][0] + 1, wins[-1][1] + 1
     go = values(np.random.default_rng(c["seed"]), (N, C, Ho, Wo), dtype, c["kind"])
     config.set_isa_level(c["level"])
+    _avg_pool.set_bf16_convert(c["bf16cvt"])      # AVX512-BF16's rounding instruction or integer rounding
     x = _layout(np.zeros(c["shape"], dtype), c["layout"])
     got = _nchw(pg.avg_pool2d_backward(_layout(go, c["layout"]), x, c["k"], c["s"], c["p"], c["ceil"], c["cip"],
                                        c["div"], layout=c["layout"]), c["layout"])
@@ -213,6 +216,7 @@ def test_avg_pool2d_forward_correctly_rounded(c):
     dtype = c["dtype"]
     x = values(np.random.default_rng(c["seed"]), c["shape"], dtype, c["kind"])
     config.set_isa_level(c["level"])
+    _avg_pool.set_bf16_convert(c["bf16cvt"])      # AVX512-BF16's rounding instruction or integer rounding
     got = _nchw(pg.avg_pool2d(_layout(x, c["layout"]), c["k"], c["s"], c["p"], c["ceil"], c["cip"], c["div"],
                               layout=c["layout"]), c["layout"])
     X = to_ints(x)

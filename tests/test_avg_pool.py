@@ -182,6 +182,11 @@ def _det_problems():
     yield "nhwc f32 k3s2", rng.standard_normal((1, 37, 41, 16)).astype(np.float32), "NHWC", (3, 2, 1, True)
     yield "nchw f16 k2s2", rng.standard_normal((1, 3, 64, 33)).astype(np.float16), "NCHW", (2, 2, 0, True)
     yield "nhwc bf16 k5s2", rng.standard_normal((2, 19, 23, 3)).astype(bfloat16), "NHWC", (5, 2, 2, False)
+    # channels-last windows that do not overlap along the row: the forward sums them straight from x
+    yield "nhwc f32 k2s2", rng.standard_normal((2, 15, 13, 70)).astype(np.float32), "NHWC", ((2, 3), (2, 3), (1, 1), True)
+    # stride-1 rows: whole-plane mode (NCHW, one item per plane), a k > 3 sum plane in the second
+    yield "nchw bf16 k3s1", rng.standard_normal((2, 9, 17, 17)).astype(bfloat16), "NCHW", (3, 1, 1, False)
+    yield "nchw f16 k5s1", rng.standard_normal((1, 20, 13, 9)).astype(np.float16), "NCHW", ((5, 3), (1, 2), (2, 0), True)
 
 
 @pytest.mark.parametrize("problem", list(_det_problems()), ids=lambda p: p[0])
@@ -206,6 +211,12 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
     assert _bits(from_layout(got, other)) == _bits(from_layout(base, layout))
     fwd = avg_pool2d(xo, k, s, p, ceil, layout=other, num_threads=2)
     assert _bits(from_layout(fwd, other)) == _bits(from_layout(y, layout))
+    # the ring of C rows and the forward's row items instead of whole planes (where the plane modes apply:
+    # plane-contiguous memory)
+    monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 0)
+    assert avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=1).tobytes() == base.tobytes()
+    assert avg_pool2d(x, k, s, p, ceil, layout=layout, num_threads=1).tobytes() == y.tobytes()
+    monkeypatch.undo()
     # direct column gathers instead of phases
     monkeypatch.setattr(avg_mod, "_column_gather", lambda k, s, wo: True)
     assert avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=2).tobytes() == base.tobytes()
@@ -224,6 +235,32 @@ def test_bitwise_identical_across_threads_modes_and_strategies(problem, monkeypa
             with config.set_isa_level(level):
                 got = avg_pool2d_backward(go, x, k, s, p, ceil, layout=layout, num_threads=3)
             assert got.tobytes() == base.tobytes(), (stream_min, level)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_plane_modes_match_the_ring(dtype, monkeypatch):
+    """Whole-plane modes (backward: stride-1 shifted sums, rows copied from one output row; 16-bit forward: one
+    rounding call per plane) against the ring / row loops, bit for bit, over geometries that exercise clipped,
+    uncovered and zero-margin rows, several divisors and both value extremes."""
+    rng = np.random.default_rng(23)
+    geoms = [((3, 3), (1, 1), (1, 1), False, True, None), ((5, 2), (1, 1), (2, 0), True, False, None),
+             ((1, 1), (1, 1), (0, 0), False, True, None), ((2, 2), (2, 2), (0, 0), True, True, None),
+             ((2, 1), (2, 3), (0, 0), True, False, None), ((3, 3), (3, 2), (1, 1), True, False, -7),
+             ((4, 3), (1, 2), (2, 1), False, True, 3), ((7, 7), (1, 1), (3, 3), False, False, None)]
+    for (k, s, p, ceil, cip, div) in geoms:
+        for H, W in ((7, 9), (14, 14), (17, 23), (31, 32)):
+            x = np.zeros((2, 5, H, W), dtype)
+            y = avg_pool2d(x, k, s, p, ceil, cip, div)
+            for scale in (1.0, 1e-39 if dtype in (bfloat16, np.float32) else 1e-6):
+                go = (rng.standard_normal(y.shape) * scale).astype(dtype)
+                xv = (rng.standard_normal(x.shape) * scale).astype(dtype)
+                args = (k, s, p, ceil, cip, div)
+                monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 1 << 30)
+                gp, fp = avg_pool2d_backward(go, x, *args, num_threads=1), avg_pool2d(xv, *args, num_threads=1)
+                monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 0)
+                gr, fr = avg_pool2d_backward(go, x, *args, num_threads=1), avg_pool2d(xv, *args, num_threads=1)
+                assert gp.tobytes() == gr.tobytes(), (k, s, p, ceil, cip, div, H, W, scale)
+                assert fp.tobytes() == fr.tobytes(), (k, s, p, ceil, cip, div, H, W, scale)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
