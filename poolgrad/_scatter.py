@@ -20,6 +20,13 @@ SCATTER_BANDS_PER_THREAD = 4
 # Nondeterministic float32/float64 with fewer planes than threads uses the atomic kernel when bands would be
 # less than this many window heights tall.
 THIN_BANDS = 4
+# Many NCHW planes (at least one 32-plane group, one band per plane) of at most this many cells take the planes
+# scatter (``scatter_backward_planes``: one flat loop per plane over per-output window tables, no per-band and
+# per-row bookkeeping).  Measured at one thread, batch 8, float32, band kernel time / planes kernel time
+# (medians of 9-11 interleaved runs, loaded machine): 832x7x7 k3s1p1 1.56, 512x14x14 k3s1p1 1.36, 256x13x13
+# k3s2 1.47, 832x14x14 k2s2 1.18, 768x17x17 k3s2 1.21; 256x56x56 k2s2 1.02 and 64x112x112 k3s2p1 0.99 (equal
+# within noise, and so no step at the limit).  Larger planes keep the band kernel, whose tables are per row.
+PLANES_MAX_CELLS = 112 * 112
 
 
 class ScatterPlan:
@@ -68,6 +75,18 @@ class ScatterPlan:
         # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
         # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
         self.empty_window = bool(np.any(row_hi <= row_lo))
+        # Many whole NCHW planes (one band each) up to PLANES_MAX_CELLS cells run through the planes kernel:
+        # groups of 32-64 planes as work items, the same sums without the band kernel's per-band and per-row
+        # bookkeeping.
+        self.plane_groups = 0
+        if (not channel and not use_atomic and len(self.part) == 2 and not self.empty_window
+                and H * W <= PLANES_MAX_CELLS):
+            self.plane_groups = _max_pool_indices.plane_groups(units, nthreads)
+            if self.plane_groups:
+                self.items = self.plane_groups
+                Wo = go4.shape[3]
+                self.out_lo = np.repeat(row_lo.astype(np.int64) * W, Wo)
+                self.out_span = np.repeat((row_hi - row_lo).astype(np.int64) * W, Wo)
         # With the windows' column spans, a channels-last problem may run as a gather over grad_x instead
         # (``gather_backward_cl``: lanes over C, every cell written once, the same bits as the deterministic
         # scatter, in both modes); the kernel declines (None) where it does not apply, and the plan remembers.
@@ -92,9 +111,15 @@ class ScatterPlan:
         flags = np.zeros(self.items, np.int8)
         if not self.empty_window:
             scratch = self.scratch.take()
-            _max_pool_indices.scatter_backward(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
-                                               self.part, self.band_oa, self.band_ob, self.channel,
-                                               not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
+            if self.plane_groups:
+                _max_pool_indices.scatter_backward_planes(self.dt, self.it, gx4, go4, ind4, self.row_lo,
+                                                          self.row_hi, self.out_lo, self.out_span,
+                                                          self.plane_groups, scratch, flags, self.nthreads,
+                                                          prezeroed)
+            else:
+                _max_pool_indices.scatter_backward(self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi,
+                                                   self.part, self.band_oa, self.band_ob, self.channel,
+                                                   not self.use_atomic, scratch, flags, self.nthreads, prezeroed)
             self.scratch.give(scratch)
         if self.empty_window or np.count_nonzero(flags):
             self.fallback(go4, ind4, gx4)

@@ -10,8 +10,9 @@ import pytest
 
 import pgtest
 import poolgrad as pg
-from poolgrad import _max_pool_indices, indexed, slow
+from poolgrad import _max_pool_indices, _scatter, indexed, slow
 from pgtest import DTYPES, DTYPE_IDS
+from poolgrad.dtypes import kernel_view
 
 # (N, C, H, W, kernel, stride, padding, dilation, ceil_mode): plane counts N * C of 31 (below one group: the old
 # path on both sides), 32, 33, 45, 64, 97, 130 (groups of uneven size), windows with padding, dilation,
@@ -178,3 +179,146 @@ def test_plane_groups():
             if planes // 32 >= nt:
                 assert g % nt == 0
     assert _max_pool_indices.plane_groups(31, 1) == 0
+
+
+# ---------------------------------------------------------------- backward: the planes scatter
+
+def _backward(monkeypatch, limit, go, x, ind, cfg, **kw):
+    monkeypatch.setattr(_scatter, "PLANES_MAX_CELLS", limit)
+    if cfg is None:
+        return pg.adaptive_max_pool2d_backward(go, x, ind, **kw)
+    _, _, _, _, k, s, p, d, ceil = cfg
+    return pg.max_pool2d_with_indices_backward(go, x, ind, k, s, p, d, ceil, **kw)
+
+
+def _check_backward(monkeypatch, go, x, ind, cfg, **kw):
+    """Planes scatter (forced on) == band scatter (planes off), bit for bit; returns grad_x."""
+    gx = _backward(monkeypatch, 1 << 40, go, x, ind, cfg, **kw)
+    gx0 = _backward(monkeypatch, 0, go, x, ind, cfg, **kw)
+    np.testing.assert_array_equal(_bits(gx), _bits(gx0))
+    return gx
+
+
+@pytest.mark.parametrize("cfg", CASES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_backward_matches_band_scatter_and_reference(monkeypatch, cfg, dtype):
+    N, C, H, W, k, s, p, d, ceil = cfg
+    rng = np.random.default_rng(C * 10 + W)
+    x = pgtest.random_values(rng, (N, C, H, W), dtype, "ties")
+    for index_dtype in (np.int32, np.int64):
+        _, ind = pg.max_pool2d_with_indices(x, k, s, p, d, ceil, index_dtype=index_dtype)
+        go = pgtest.random_values(rng, ind.shape, dtype)
+        for det in (True, False):
+            for threads in (1, 2, 3):
+                gx = _check_backward(monkeypatch, go, x, ind, cfg, deterministic=det, num_threads=threads)
+                if det and threads == 1:
+                    ref = slow.max_pool2d_with_indices_backward(go, x.shape, ind)
+                    np.testing.assert_allclose(pgtest.as64(gx), ref, **pgtest.tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("out_hw", [(7, 7), (3, 5), (20, 11)])
+def test_backward_adaptive(monkeypatch, dtype, out_hw):
+    rng = np.random.default_rng(5)
+    x = pgtest.random_values(rng, (2, 37, 14, 9), dtype, "ties")
+    _, ind = pg.adaptive_max_pool2d(x, out_hw)
+    go = pgtest.random_values(rng, ind.shape, dtype)
+    for threads in (1, 2, 3):
+        gx = _check_backward(monkeypatch, go, x, ind, None, deterministic=True, num_threads=threads)
+    np.testing.assert_allclose(pgtest.as64(gx), slow.adaptive_max_pool2d_backward(go, x.shape, ind),
+                               **pgtest.tolerance(dtype))
+
+
+@pytest.mark.parametrize("view", ["strided_go", "strided_ind", "strided_out", "misaligned_go", "negative"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_backward_views(monkeypatch, view, dtype):
+    """grad_output / indices that are not dense planes (the row loop of the planes kernel), a strided out=
+    (written through a dense copy), a misaligned grad_output (copied), negative strides."""
+    cfg = (3, 40, 9, 10, (3, 3), (1, 1), (1, 1), (1, 1), True)
+    rng = np.random.default_rng(9)
+    x = pgtest.random_values(rng, (3, 40, 9, 10), dtype, "ties")
+    _, ind = pg.max_pool2d_with_indices(x, *cfg[4:])
+    go = pgtest.random_values(rng, ind.shape, dtype)
+    kw = {}
+    if view == "strided_go":
+        big = np.zeros(go.shape[:3] + (2 * go.shape[3],), dtype)
+        big[..., ::2] = go
+        go = big[..., ::2]
+    elif view == "strided_ind":
+        big = np.zeros(ind.shape[:2] + (2 * ind.shape[2],) + ind.shape[3:], ind.dtype)
+        big[:, :, ::2] = ind
+        ind = big[:, :, ::2]
+    elif view == "strided_out":
+        kw["out"] = np.zeros((3, 80, 9, 10), dtype)[:, ::2]
+    elif view == "misaligned_go":
+        raw = np.zeros(go.size * go.itemsize + 1, np.uint8)
+        moved = raw[1:].view(dtype).reshape(go.shape)
+        moved[...] = go
+        go = moved
+    else:
+        go = np.ascontiguousarray(go[::-1, ::-1, ::-1, ::-1])[::-1, ::-1, ::-1, ::-1]
+        ind = np.ascontiguousarray(ind[::-1, ::-1, ::-1, ::-1])[::-1, ::-1, ::-1, ::-1]
+    ref = slow.max_pool2d_with_indices_backward(go, x.shape, ind)
+    for threads in (1, 2, 3):
+        gx = _check_backward(monkeypatch, go, x, ind, cfg, deterministic=True, num_threads=threads, **kw)
+        np.testing.assert_allclose(pgtest.as64(gx), ref, **pgtest.tolerance(dtype))
+
+
+@pytest.mark.parametrize("where", ["other_row", "bad"])
+def test_backward_index_outside_window(monkeypatch, where):
+    """An index outside its window's rows but inside the plane is legal: the planes kernel flags it and the exact
+    pass reruns (same bits as the band kernel's route); one outside the plane raises the same message."""
+    cfg = (2, 40, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 40, 7, 7)).astype(np.float32)
+    _, ind = pg.max_pool2d_with_indices(x, 3, 1, 1, 1, True)
+    go = rng.standard_normal(ind.shape).astype(np.float32)
+    ind = ind.copy()
+    ind[1, 33, 0, 2] = 48 if where == "other_row" else 49
+    if where == "bad":
+        msgs = []
+        for limit in (1 << 40, 0):
+            monkeypatch.setattr(_scatter, "PLANES_MAX_CELLS", limit)
+            with pytest.raises(pg.ParamInvalidError) as err:
+                pg.max_pool2d_with_indices_backward(go, x, ind, 3, 1, 1, 1, True)
+            msgs.append(str(err.value))
+        assert msgs[0] == msgs[1] and "(n=1, c=33, oh=0, ow=2)" in msgs[0]
+        return
+    gx = _check_backward(monkeypatch, go, x, ind, cfg, deterministic=True, num_threads=2)
+    np.testing.assert_allclose(gx, slow.max_pool2d_with_indices_backward(go, x.shape, ind),
+                               **pgtest.tolerance(np.dtype(np.float32)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_backward_prezeroed(monkeypatch, dtype):
+    """grad_x known to be zeros (a fresh allocation: the kernels skip zeroing it): same bits."""
+    rng = np.random.default_rng(4)
+    x = pgtest.random_values(rng, (2, 40, 7, 7), dtype, "ties")
+    _, ind = pg.max_pool2d_with_indices(x, 3, 1, 1, 1, True)
+    go = pgtest.random_values(rng, ind.shape, dtype)
+    row_lo, row_hi = np.maximum(np.arange(7) - 1, 0), np.minimum(np.arange(7) + 2, 7)
+    out = []
+    for limit in (1 << 40, 0):
+        monkeypatch.setattr(_scatter, "PLANES_MAX_CELLS", limit)
+        gx = np.zeros(x.shape, dtype)
+        dt = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}[np.dtype(dtype).name]
+        _scatter.scatter_grad(dt, "i64", kernel_view(go), ind, kernel_view(gx), row_lo, row_hi, True, 2,
+                              prezeroed=True)
+        out.append(gx)
+    np.testing.assert_array_equal(_bits(out[0]), _bits(out[1]))
+    np.testing.assert_array_equal(_bits(out[0]), _bits(pg.max_pool2d_with_indices_backward(go, x, ind, 3, 1, 1,
+                                                                                            1, True)))
+
+
+def test_backward_path_taken(monkeypatch):
+    taken = []
+    for name in ("scatter_backward", "scatter_backward_planes"):
+        fn = getattr(_max_pool_indices, name)
+        monkeypatch.setattr(_max_pool_indices, name, lambda *a, _fn=fn, _n=name: taken.append(_n) or _fn(*a))
+    x = np.zeros((2, 40, 7, 7), np.float32)
+    _, ind = pg.max_pool2d_with_indices(x, 3, 1, 1)
+    go = np.ones(ind.shape, np.float32)
+    pg.max_pool2d_with_indices_backward(go, x, ind, 3, 1, 1)
+    monkeypatch.setattr(_scatter, "PLANES_MAX_CELLS", 0)
+    pg.max_pool2d_with_indices_backward(go, x, ind, 3, 1, 1)
+    assert taken == ["scatter_backward_planes", "scatter_backward"]
