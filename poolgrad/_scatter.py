@@ -9,10 +9,14 @@ from .errors import ParamInvalidError
 from .memory import ScratchPool, thread_rows
 from .planning import channel_inner, split_evenly, threads_for
 
-# Most grad_x elements one deterministic work item owns (and so the float64 scratch one thread needs for the
-# 16-bit types: 8 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
-# whose windows straddle its edges, and on channels-last 112x112x64 images 64 Ki-element bands cost twice the
-# time of whole-image bands (measured), while keeping a band in L2 bought nothing measurable.
+# Most grad_x cells of a 16-bit band, which is summed in a float64 scratch band (so one thread needs at most
+# 8 MiB).  float32/float64 bands need no scratch and are as tall as load balance allows: every band re-reads the
+# output rows whose windows straddle its edges and skips, with a branch it cannot predict, the indices that fall
+# outside it; on channels-last 112x112x64 images 64 Ki-element bands cost twice the time of whole-image bands,
+# while keeping a band in L2 bought nothing measurable (1 Mi against 256 Ki-element bands on 8x64xHxH NHWC
+# k3s2p1, H = 80-160, equal within noise).  Capping float32 bands at 1 Mi elements made the step issue 8 found:
+# NHWC 1x256x4xW k3s2p1 at one thread, W 1024 -> 2048 cut the 4-row image into 2-row bands, 0.55 -> 1.46 ns per
+# element (fastest of 9; whole-image bands 0.60), and W = 3072 into three, 2.83 ns (whole image 0.63).
 BAND_MAX = 1 << 20
 # With few planes, cut them into at least this many bands per thread.  More bands balance better but re-read
 # more boundary rows: on 1x3x1024x1024 k3s1 at 2 threads, 2-6 per thread were best and 16 cost 10-30% more.
@@ -44,8 +48,8 @@ class ScatterPlan:
         units = N if channel else N * C                 # independent planes (or images, channels-last)
         row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
         self.narrow = narrow = dt in ("f16", "bf16")
-        # 16-bit bands are float64: half as many cells keep the band's bytes (and its cache footprint) unchanged
-        nb = -(-H * row_elems // (BAND_MAX // 2 if narrow else BAND_MAX))
+        # 16-bit bands are float64 scratch: at most BAND_MAX // 2 cells keep it within BAND_MAX float32 cells' bytes
+        nb = -(-H * row_elems // (BAND_MAX // 2)) if narrow else 1
         if nthreads > 1 and units * nb < SCATTER_BANDS_PER_THREAD * nthreads:
             nb = max(nb, -(-SCATTER_BANDS_PER_THREAD * nthreads // units))
             # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
