@@ -66,7 +66,9 @@ THRESHOLDS: list[tuple[tuple[str, ...], str, str]] = [
 ]
 # A threshold of a compiled module that Python cannot read (a cdef constant), for the record.
 COMPILED_THRESHOLDS = ["_max_pool_indices.pyx.in PHASE_MAX_C = 16 (channels-last forward splits strided rows into "
-                       "phases below 16 channels)"]
+                       "phases below 16 channels)",
+                       "_max_pool_indices.pyx.in PLANES_MIN = 8 (fewest NCHW planes of the planes kernels; one group "
+                       "below PG_CL_LANES = 32)"]
 
 
 def lookup(modules: tuple[str, ...], name: str) -> tuple[str | None, Any]:
@@ -172,8 +174,9 @@ def sweeps(ops: tuple[str, ...] = OPS, layouts: tuple[str, ...] = ("NCHW", "NHWC
             out.append(Sweep(op, "plane of 2x64xHxH k3s1p1", "indexed.PLANES_MAX_CELLS, density 9 (112x112)" if fwd
                              else "_scatter.PLANES_MAX_CELLS (112x112)", "NCHW", "H",
                              [dict(N=2, C=64, H=h, W=h, k=3, s=1, p=1) for h in [80, 96, 104, 112, 120, 128, 144]]))
-            out.append(Sweep(op, "planes of Nx4x28x28", "plane_groups: 32 planes or more (N = 8)", "NCHW", "N",
-                             _pts("N", [2, 4, 6, 7, 8, 9, 12, 16, 32], C=4, H=28, W=28, k=3, s=1, p=1)))
+            out.append(Sweep(op, "planes of Nx4x28x28", "PLANES_MIN (8 planes: N = 2), one padded group up to 31 "
+                             "planes, groups of 32-64 from N = 8", "NCHW", "N",
+                             _pts("N", [1, 2, 3, 4, 6, 7, 8, 9, 12, 16, 32], C=4, H=28, W=28, k=3, s=1, p=1)))
     if "max_fwd" in ops:
         out.append(Sweep("max_fwd", "global window kxk on 1x1xkxk", "UNIFORM_MAX_CELLS (k*k > 65536 at k=257)",
                          "NCHW", "k", [dict(N=1, C=1, H=k, W=k, k=k, s=k, p=0)

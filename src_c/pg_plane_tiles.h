@@ -41,27 +41,29 @@ static inline void pg_tile_in_##NAME(T *restrict tile, T *const *planes, Py_ssiz
     }                                                                                                     \
 }
 
-/* planes[l][oh * hs + ow * ws] = tile[(oh * Wo + ow) * P + l]: the tile's outputs back to P planes. */
+/* planes[l][oh * hs + ow * ws] = tile[(oh * Wo + ow) * L + l] for l < P: the tile's outputs (L lanes per
+ * cell) back to its first P planes. */
 #define PG_TILE_OUT(NAME, T)                                                                              \
 static inline void pg_tile_out_##NAME(T *const *planes, const T *restrict tile, Py_ssize_t P,            \
-                                      Py_ssize_t Ho, Py_ssize_t Wo, Py_ssize_t hs, Py_ssize_t ws)         \
+                                      Py_ssize_t L, Py_ssize_t Ho, Py_ssize_t Wo, Py_ssize_t hs,          \
+                                      Py_ssize_t ws)                                                      \
 {                                                                                                         \
     if (ws == 1 && hs == Wo) {                                                                            \
         Py_ssize_t n = Ho * Wo, i0 = 0;                                                                   \
         for (; i0 + 8 <= n; i0 += 8)                                                                      \
             for (Py_ssize_t l = 0; l < P; l++) {                                                          \
                 T *d = planes[l] + i0;                                                                    \
-                const T *s = tile + i0 * P + l;                                                           \
-                for (Py_ssize_t u = 0; u < 8; u++) d[u] = s[u * P];                                       \
+                const T *s = tile + i0 * L + l;                                                           \
+                for (Py_ssize_t u = 0; u < 8; u++) d[u] = s[u * L];                                       \
             }                                                                                             \
         for (Py_ssize_t l = 0; l < P; l++)                                                                \
-            for (Py_ssize_t i = i0; i < n; i++) planes[l][i] = tile[i * P + l];                           \
+            for (Py_ssize_t i = i0; i < n; i++) planes[l][i] = tile[i * L + l];                           \
         return;                                                                                           \
     }                                                                                                     \
     for (Py_ssize_t l = 0; l < P; l++) {                                                                  \
         T *d = planes[l];                                                                                 \
         for (Py_ssize_t oh = 0; oh < Ho; oh++)                                                            \
-            for (Py_ssize_t ow = 0; ow < Wo; ow++) d[oh * hs + ow * ws] = tile[(oh * Wo + ow) * P + l];   \
+            for (Py_ssize_t ow = 0; ow < Wo; ow++) d[oh * hs + ow * ws] = tile[(oh * Wo + ow) * L + l];   \
     }                                                                                                     \
 }
 

@@ -14,10 +14,12 @@ from poolgrad import _max_pool_indices, _scatter, indexed, slow
 from pgtest import DTYPES, DTYPE_IDS
 from poolgrad.dtypes import kernel_view
 
-# (N, C, H, W, kernel, stride, padding, dilation, ceil_mode): plane counts N * C of 31 (below one group: the old
-# path on both sides), 32, 33, 45, 64, 97, 130 (groups of uneven size), windows with padding, dilation,
-# ceil_mode, overlap, non-square shapes
+# (N, C, H, W, kernel, stride, padding, dilation, ceil_mode): plane counts N * C of 7 (below PLANES_MIN: the old
+# path on both sides), 8 and 31 (one group padded to a vector block), 32, 33, 45, 64, 97, 130 (groups of uneven
+# size), windows with padding, dilation, ceil_mode, overlap, non-square shapes
 CASES = [
+    (1, 7, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True),
+    (2, 4, 6, 9, (3, 2), (2, 1), (1, 1), (1, 2), True),
     (1, 31, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True),
     (1, 32, 13, 13, (3, 3), (2, 2), (0, 0), (1, 1), False),
     (3, 11, 9, 11, (3, 3), (2, 2), (1, 1), (1, 1), False),
@@ -155,12 +157,13 @@ def test_forward_paths_taken(monkeypatch, adaptive):
 
 
 def test_forward_thresholds(monkeypatch):
-    """Where the planes forward runs by default: small planes with many planes; not large planes for their
-    windows (PLANES_MAX_CELLS), not fewer planes than one group."""
+    """Where the planes forward runs by default: small planes, at least PLANES_MIN of them; not large planes for
+    their windows (PLANES_MAX_CELLS), not fewer than 8 planes."""
     seen = []
     fn = _max_pool_indices.argmax_forward_planes
     monkeypatch.setattr(_max_pool_indices, "argmax_forward_planes", lambda *a: seen.append(a[2].shape) or fn(*a))
-    for shape, k, s, expect in [((8, 64, 14, 14), 2, 2, True), ((1, 31, 14, 14), 2, 2, False),
+    for shape, k, s, expect in [((8, 64, 14, 14), 2, 2, True), ((1, 7, 14, 14), 2, 2, False),
+                                ((1, 8, 14, 14), 2, 2, True),
                                 ((1, 32, 7, 7), 3, 1, True), ((1, 64, 64, 64), 2, 2, False),
                                 ((1, 64, 64, 64), 3, 1, True), ((1, 32, 120, 120), 3, 1, False)]:
         seen.clear()
@@ -169,7 +172,8 @@ def test_forward_thresholds(monkeypatch):
 
 
 def test_plane_groups():
-    """Groups hold 32-64 planes; with at least as many groups as threads, a multiple of the thread count."""
+    """Groups hold 32-64 planes; with at least as many groups as threads, a multiple of the thread count; 8 to
+    31 planes make one group, fewer none."""
     for planes in range(32, 700, 7):
         for nt in (1, 2, 3, 4):
             g = _max_pool_indices.plane_groups(planes, nt)
@@ -178,7 +182,7 @@ def test_plane_groups():
             assert sizes.min() >= 32 and sizes.max() <= 64
             if planes // 32 >= nt:
                 assert g % nt == 0
-    assert _max_pool_indices.plane_groups(31, 1) == 0
+    assert [_max_pool_indices.plane_groups(p, 2) for p in (1, 7, 8, 31)] == [0, 0, 1, 1]
 
 
 # ---------------------------------------------------------------- backward: the planes scatter
