@@ -136,10 +136,12 @@ def sweeps(ops: tuple[str, ...] = OPS, layouts: tuple[str, ...] = ("NCHW", "NHWC
                              _pts("N", big_batches, C=64, H=56, W=56, **geo)))
             out.append(Sweep(op, "batch of 64x8x8", "GRAIN (one thread below 32768 elements per thread)", layout,
                              "N", _pts("N", [1, 2, 4, 8, 12, 16, 24, 32, 48], C=64, H=8, W=8, **geo)))
-            out.append(Sweep(op, "plane of 1x3xHxH", "BAND_MAX (16-bit max bwd bands of at most 512 Ki cells), phase splits",
+            out.append(Sweep(op, "plane of 1x3xHxH", "BAND_MAX (16-bit max bwd bands of at most 512 Ki cells), "
+                             "phase splits",
                              layout, "H", [dict(N=1, C=3, H=h, W=h, **geo) for h in
                                            [128, 256, 384, 512, 640, 768, 896, 1024, 1152, 1280, 1536]]))
-            out.append(Sweep(op, "plane of 8x64xHxH", "BAND_MAX in channels-last (16-bit max bwd: H*W*C > 512 Ki at H=96), indexed.PLANES_MAX_CELLS (NCHW max fwd, density 2.25: 80x80)", layout,
+            out.append(Sweep(op, "plane of 8x64xHxH", "BAND_MAX in channels-last (16-bit max bwd: H*W*C > 512 Ki "
+                             "at H=96), indexed.PLANES_MAX_CELLS (NCHW max fwd, density 2.25: 80x80)", layout,
                              "H", [dict(N=8, C=64, H=h, W=h, **geo) for h in [32, 48, 64, 80, 96, 112, 128, 144,
                                                                                  160]]))
         if "NHWC" in layouts:

@@ -24,10 +24,10 @@ SCATTER_BANDS_PER_THREAD = 4
 # Nondeterministic float32/float64 with fewer planes than threads uses the atomic kernel when bands would be
 # less than this many window heights tall.
 THIN_BANDS = 4
-# Many NCHW planes (at least one 32-plane group, one band per plane) of at most this many cells take the planes
-# scatter (``scatter_backward_planes``: one flat loop per plane over per-output window tables, no per-band and
-# per-row bookkeeping).  Measured at one thread, batch 8, float32, band kernel time / planes kernel time
-# (medians of 9-11 interleaved runs, loaded machine): 832x7x7 k3s1p1 1.56, 512x14x14 k3s1p1 1.36, 256x13x13
+# Many NCHW planes (at least 8, one band per plane: see _max_pool_indices.plane_groups) of at most this many
+# cells take the planes scatter (``scatter_backward_planes``: one flat loop per plane over per-output window
+# tables, no per-band and per-row bookkeeping).  Measured at one thread, batch 8, float32, band kernel time /
+# planes kernel time (medians of 9-11 interleaved runs, loaded machine): 832x7x7 k3s1p1 1.56, 512x14x14 k3s1p1 1.36, 256x13x13
 # k3s2 1.47, 832x14x14 k2s2 1.18, 768x17x17 k3s2 1.21; 256x56x56 k2s2 1.02 and 64x112x112 k3s2p1 0.99 (equal
 # within noise, and so no step at the limit).  Larger planes keep the band kernel, whose tables are per row.
 PLANES_MAX_CELLS = 112 * 112
@@ -80,8 +80,8 @@ class ScatterPlan:
         # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
         self.empty_window = bool(np.any(row_hi <= row_lo))
         # Many whole NCHW planes (one band each) up to PLANES_MAX_CELLS cells run through the planes kernel:
-        # groups of 32-64 planes as work items, the same sums without the band kernel's per-band and per-row
-        # bookkeeping.
+        # groups of 32-64 planes (or one of 8-31) as work items, the same sums without the band kernel's per-band
+        # and per-row bookkeeping.
         self.plane_groups = 0
         if (not channel and not use_atomic and len(self.part) == 2 and not self.empty_window
                 and H * W <= PLANES_MAX_CELLS):

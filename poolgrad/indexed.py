@@ -101,14 +101,14 @@ class ArgmaxPlan:
 
 class PlaneArgmax:
     """The forward for many small planes (logical-NCHW kernel views that are not channels-last): groups of 32
-    to 64 planes are interleaved into a channels-last tile and run through the channels-last window kernel,
-    vector lanes over planes (``_max_pool_indices.argmax_forward_planes``).  ``ok`` is False where it does not
-    apply (channels-last storage, planes too large for their windows, fewer planes than one vector
-    block; see PLANES_MAX_CELLS).  Any windows (PyTorch-style or adaptive) with no empty window; scratch pooled as in
-    :class:`UniformArgmax`."""
+    to 64 planes (or one group of 8 to 31) are interleaved into a channels-last tile and run through the
+    channels-last window kernel, vector lanes over planes (``_max_pool_indices.argmax_forward_planes``).
+    ``ok`` is False where it does not apply: channels-last storage, planes too large for their windows
+    (PLANES_MAX_CELLS), fewer than 8 planes (``_max_pool_indices.plane_groups``).  Any windows (PyTorch-style
+    or adaptive) with no empty window; scratch pooled as in :class:`UniformArgmax`."""
 
-    def __init__(self, dt: str, it: str, xk: np.ndarray, ind4: np.ndarray, win_h: dict, win_w: dict,
-                 nthreads: int) -> None:
+    def __init__(self, dt: str, it: str, xk: np.ndarray, ind4: np.ndarray, win_h: dict[str, np.ndarray],
+                 win_w: dict[str, np.ndarray], nthreads: int) -> None:
         N, C, H, W = xk.shape
         density = float(np.sum(win_h["count"])) * float(np.sum(win_w["count"])) / (H * W)
         max_cells = next(cells for top, cells in PLANES_MAX_CELLS if density <= top)
@@ -121,8 +121,8 @@ class PlaneArgmax:
         nbytes = _max_pool_indices.planes_scratch_bytes(dt, it, H, W, ind4.shape[2], ind4.shape[3])
         self.scratch = ScratchPool(lambda: thread_rows(nthreads, nbytes, np.uint8))
 
-    def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, win_h: dict, win_w: dict,
-            step: tuple[int, int]) -> None:
+    def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, win_h: dict[str, np.ndarray],
+            win_w: dict[str, np.ndarray], step: tuple[int, int]) -> None:
         scratch = self.scratch.take()
         _max_pool_indices.argmax_forward_planes(self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"],
                                                 step[0], win_w["start"], win_w["count"], step[1], self.groups,
