@@ -141,7 +141,7 @@ def sweeps(ops: tuple[str, ...] = OPS, layouts: tuple[str, ...] = ("NCHW", "NHWC
                              layout, "H", [dict(N=1, C=3, H=h, W=h, **geo) for h in
                                            [128, 256, 384, 512, 640, 768, 896, 1024, 1152, 1280, 1536]]))
             out.append(Sweep(op, "plane of 8x64xHxH", "BAND_MAX in channels-last (16-bit max bwd: H*W*C > 512 Ki "
-                             "at H=96), indexed.PLANES_MAX_CELLS (NCHW max fwd, density 2.25: 80x80)", layout,
+                             "at H=96), indexed.PLANES_MAX_CELLS (NCHW max fwd, density 2.25: 96x96)", layout,
                              "H", [dict(N=8, C=64, H=h, W=h, **geo) for h in [32, 48, 64, 80, 96, 112, 128, 144,
                                                                                  160]]))
         if "NHWC" in layouts:
@@ -171,9 +171,9 @@ def sweeps(ops: tuple[str, ...] = OPS, layouts: tuple[str, ...] = ("NCHW", "NHWC
         for op in [o for o in ("max_fwd", "max_bwd") if o in ops]:
             fwd = op == "max_fwd"
             if fwd:
-                out.append(Sweep(op, "plane of 2x64xHxH k2s2", "indexed.PLANES_MAX_CELLS, density 1 (48x48)", "NCHW",
+                out.append(Sweep(op, "plane of 2x64xHxH k2s2", "indexed.PLANES_MAX_CELLS, density 1 (56x56)", "NCHW",
                                  "H", [dict(N=2, C=64, H=h, W=h, k=2, s=2, p=0) for h in [32, 40, 48, 56, 64, 80]]))
-            out.append(Sweep(op, "plane of 2x64xHxH k3s1p1", "indexed.PLANES_MAX_CELLS, density 9 (112x112)" if fwd
+            out.append(Sweep(op, "plane of 2x64xHxH k3s1p1", "indexed.PLANES_MAX_CELLS, density 9 (120x120)" if fwd
                              else "_scatter.PLANES_MAX_CELLS (112x112)", "NCHW", "H",
                              [dict(N=2, C=64, H=h, W=h, k=3, s=1, p=1) for h in [80, 96, 104, 112, 120, 128, 144]]))
             out.append(Sweep(op, "planes of Nx4x28x28", "PLANES_MIN (8 planes: N = 2), one padded group up to 31 "

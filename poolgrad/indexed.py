@@ -29,10 +29,14 @@ UNIFORM_MAX_CELLS = 1 << 16
 # PyTorch-style and adaptive windows alike.  The tiles cost two copies per element whatever the windows; the row
 # kernel they replace pays per output row and per window cell, so the tiles win up to larger planes the more
 # window cells there are per input cell (``density``: 1 for k2s2, 2.25 for k3s2, 9 for k3s1).  Measured,
-# 2x64xHxH float32 at one thread, row kernel time / tile time (medians of 15 interleaved runs, loaded machine):
-# k2s2 H=40 2.3, 48 1.06, 56 1.6, 64 0.72, 80 0.87; k3s2p1 H=64 1.48, 80 1.30, 96 0.94, 112 0.61;
-# k3s1p1 H=80 2.2, 96 1.2, 112 1.2, 128 0.72.  So (density up to, most cells per plane):
-PLANES_MAX_CELLS = ((1.5, 48 * 48), (4.0, 80 * 80), (float("inf"), 112 * 112))
+# 2x64xHxH float32 at one thread, ns per input element, tiles / row kernel (fastest of 9, CPU time of the
+# thread, loaded machine): k2s2 H=48 1.38 / 2.01, 56 1.55-1.91 / 3.05-3.37, 64 1.76-1.93 / 1.50-1.58, 80
+# 2.35 / 1.04; k3s2p1 H=80 1.35 / 2.32, 96 1.88 / 1.90, 112 1.74-2.23 / 2.02-2.83, 128 1.97 / 1.86, 144 2.22 /
+# 1.77; k3s1p1 H=112 5.35 / 7.31, 120 5.37 / 7.02, 128 6.73-7.05 / 5.34-6.77, 144 4.91 / 4.96.  The limits sit
+# where the two meet, so that neither side of a limit is more than 1.5x dearer per element than the other
+# (the row kernel's own steps with W, such as k2s2 64 -> 72, 1.58 -> 2.73, are not the tiles').  So (density
+# up to, most cells per plane):
+PLANES_MAX_CELLS = ((1.5, 56 * 56), (4.0, 96 * 96), (float("inf"), 120 * 120))
 
 
 class ArgmaxPlan:
