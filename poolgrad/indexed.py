@@ -122,7 +122,8 @@ class PlaneArgmax:
         if not self.ok:
             return
         self.dt, self.it, self.nthreads = dt, it, nthreads
-        nbytes = _max_pool_indices.planes_scratch_bytes(dt, it, H, W, ind4.shape[2], ind4.shape[3])
+        nbytes = _max_pool_indices.planes_scratch_bytes(dt, it, H, W, ind4.shape[2], ind4.shape[3], N * C,
+                                                        self.groups)
         self.scratch = ScratchPool(lambda: thread_rows(nthreads, nbytes, np.uint8))
 
     def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, win_h: dict[str, np.ndarray],
