@@ -392,9 +392,11 @@ def markdown(result: dict, tables: tuple[str, ...] = ("summary", "models", "laye
                          f"{s['geomean']:.2f}x | {s['min']:.2f}x | {s['max']:.2f}x | {s['below_1']} |")
         parts.append("\n".join(lines))
     if "pivot" in tables:
+        # the training step (fwdbwd) when it was measured, else each phase that was
         for mode in sorted({r["mode"] for r in result["rows"]}):
-            parts.append(f"Training-step pooling cost per model, `{mode}` mode, `fwdbwd` (ratio, poolgrad ms):\n\n"
-                         + pivot(result, mode))
+            for phase in ["fwdbwd"] if "fwdbwd" in phases else phases:
+                parts.append(f"Pooling cost per model, `{mode}` mode, `{phase}` (ratio, poolgrad ms):\n\n"
+                             + pivot(result, mode, phase))
     if "models" in tables:
         head = "| model | batch | layout | threads | mode |"
         for phase in phases:
@@ -449,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", nargs="?", const="-", metavar="FILE",
                         help="write the markdown tables to FILE (or stdout)")
     parser.add_argument("--tables", nargs="*", choices=("summary", "pivot", "models", "layers"),
-                        default=["summary", "models", "layers"], help="which markdown tables")
+                        help="which markdown tables (default: summary, models and layers in --markdown FILE, "
+                             "summary and pivot on stdout)")
     parser.add_argument("--from-json", metavar="FILE", help="render the tables of a saved run, time nothing")
     args = parser.parse_args(argv)
     if args.from_json:
@@ -468,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(result, fh, indent=1)
-    text = markdown(result, tuple(args.tables))
+    text = markdown(result, tuple(args.tables or ("summary", "models", "layers")))
     if args.markdown and args.markdown != "-":
         with open(args.markdown, "w") as fh:
             fh.write(text)
@@ -476,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
     else:
         print()
-        print(markdown(result, ("summary", "pivot")))
+        print(markdown(result, tuple(args.tables or ("summary", "pivot"))))
     return 1 if result.get("errors") else 0
 
 

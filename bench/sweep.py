@@ -43,7 +43,10 @@ THRESHOLDS: list[tuple[tuple[str, ...], str, str]] = [
      "elements per thread below which fewer threads run (every operator)"),
     (("poolgrad.memory", "poolgrad.buffers"), "MIN_BYTES",
      "outputs this big are recycled instead of freshly mapped (allocating calls)"),
-    (("poolgrad._scatter",), "BAND_MAX", "most grad_x elements per band of the index scatter (max/adaptive bwd)"),
+    (("poolgrad._scatter",), "BAND_MAX", "most grad_x cells per 16-bit band of the index scatter (half of it: float64 "
+                                         "scratch; max/adaptive bwd)"),
+    (("poolgrad._scatter",), "PLANES_MAX_CELLS", "largest NCHW plane of the planes scatter (max/adaptive bwd)"),
+    (("poolgrad.indexed",), "PLANES_MAX_CELLS", "largest NCHW plane (by window density) of the planes forward"),
     (("poolgrad._scatter",), "SCATTER_BANDS_PER_THREAD", "bands per thread when there are few planes (max/adaptive bwd)"),
     (("poolgrad._scatter",), "THIN_BANDS", "atomic instead of banded scatter when bands are thinner (nondet)"),
     (("poolgrad.indexed", "poolgrad.max_pool_indices"), "UNIFORM_MAX_ROW",
@@ -63,7 +66,9 @@ THRESHOLDS: list[tuple[tuple[str, ...], str, str]] = [
 ]
 # A threshold of a compiled module that Python cannot read (a cdef constant), for the record.
 COMPILED_THRESHOLDS = ["_max_pool_indices.pyx.in PHASE_MAX_C = 16 (channels-last forward splits strided rows into "
-                       "phases below 16 channels)"]
+                       "phases below 16 channels)",
+                       "_max_pool_indices.pyx.in PLANES_MIN = 8 (fewest NCHW planes of the planes kernels; one group "
+                       "below PG_CL_LANES = 32)"]
 
 
 def lookup(modules: tuple[str, ...], name: str) -> tuple[str | None, Any]:
@@ -100,11 +105,13 @@ class Sweep:
     points: list[dict]
     deterministic: bool | None = None
     alloc: bool = False
+    dtype: str = "float32"
 
     @property
     def key(self) -> str:
         det = {None: "", True: " det", False: " nondet"}[self.deterministic]
-        return f"{self.op} {self.name} {self.layout}{det}{' alloc' if self.alloc else ''}"
+        dt = "" if self.dtype == "float32" else f" {self.dtype}"
+        return f"{self.op} {self.name} {self.layout}{det}{dt}{' alloc' if self.alloc else ''}"
 
 
 def _pts(label: str, values: list[int], **fixed: Any) -> list[dict]:
@@ -129,10 +136,12 @@ def sweeps(ops: tuple[str, ...] = OPS, layouts: tuple[str, ...] = ("NCHW", "NHWC
                              _pts("N", big_batches, C=64, H=56, W=56, **geo)))
             out.append(Sweep(op, "batch of 64x8x8", "GRAIN (one thread below 32768 elements per thread)", layout,
                              "N", _pts("N", [1, 2, 4, 8, 12, 16, 24, 32, 48], C=64, H=8, W=8, **geo)))
-            out.append(Sweep(op, "plane of 1x3xHxH", "BAND_MAX (bands of at most 1 Mi elements), phase splits",
+            out.append(Sweep(op, "plane of 1x3xHxH", "BAND_MAX (16-bit max bwd bands of at most 512 Ki cells), "
+                             "phase splits",
                              layout, "H", [dict(N=1, C=3, H=h, W=h, **geo) for h in
                                            [128, 256, 384, 512, 640, 768, 896, 1024, 1152, 1280, 1536]]))
-            out.append(Sweep(op, "plane of 8x64xHxH", "BAND_MAX in channels-last (H*W*C > 1 Mi at H=128)", layout,
+            out.append(Sweep(op, "plane of 8x64xHxH", "BAND_MAX in channels-last (16-bit max bwd: H*W*C > 512 Ki "
+                             "at H=96), indexed.PLANES_MAX_CELLS (NCHW max fwd, density 2.25: 96x96)", layout,
                              "H", [dict(N=8, C=64, H=h, W=h, **geo) for h in [32, 48, 64, 80, 96, 112, 128, 144,
                                                                                  160]]))
         if "NHWC" in layouts:
@@ -151,6 +160,25 @@ def sweeps(ops: tuple[str, ...] = OPS, layouts: tuple[str, ...] = ("NCHW", "NHWC
                          ">= 32 MiB (batch 42)", "NCHW", "N",
                          _pts("N", [28, 32, 36, 40, 41, 42, 44, 48, 56], C=64, H=56, W=56, k=3, s=2, p=1),
                          alloc=True))
+    if "max_bwd" in ops and "NHWC" in layouts:
+        out.append(Sweep("max_bwd", "row width of 1x256x4xW", "BAND_MAX // 2 (float64 bands of the 16-bit scatter: "
+                         "4*W*C > 512 Ki cells at W=512)", "NHWC", "W",
+                         _pts("W", [256, 384, 512, 640, 768, 1024, 1536, 2048], N=1, C=256, H=4, k=3, s=2, p=1),
+                         dtype="float16"))
+    if "NCHW" in layouts:
+        # the planes kernels: PLANES_MAX_CELLS of the forward (by window density) and of the scatter, and the
+        # fewest planes of one group (plane_groups: 32)
+        for op in [o for o in ("max_fwd", "max_bwd") if o in ops]:
+            fwd = op == "max_fwd"
+            if fwd:
+                out.append(Sweep(op, "plane of 2x64xHxH k2s2", "indexed.PLANES_MAX_CELLS, density 1 (56x56)", "NCHW",
+                                 "H", [dict(N=2, C=64, H=h, W=h, k=2, s=2, p=0) for h in [32, 40, 48, 56, 64, 80]]))
+            out.append(Sweep(op, "plane of 2x64xHxH k3s1p1", "indexed.PLANES_MAX_CELLS, density 9 (120x120)" if fwd
+                             else "_scatter.PLANES_MAX_CELLS (112x112)", "NCHW", "H",
+                             [dict(N=2, C=64, H=h, W=h, k=3, s=1, p=1) for h in [80, 96, 104, 112, 120, 128, 144]]))
+            out.append(Sweep(op, "planes of Nx4x28x28", "PLANES_MIN (8 planes: N = 2), one padded group up to 31 "
+                             "planes, groups of 32-64 from N = 8", "NCHW", "N",
+                             _pts("N", [1, 2, 3, 4, 6, 7, 8, 9, 12, 16, 32], C=4, H=28, W=28, k=3, s=1, p=1)))
     if "max_fwd" in ops:
         out.append(Sweep("max_fwd", "global window kxk on 1x1xkxk", "UNIFORM_MAX_CELLS (k*k > 65536 at k=257)",
                          "NCHW", "k", [dict(N=1, C=1, H=k, W=k, k=k, s=k, p=0)
@@ -175,7 +203,7 @@ def make_call(sw: Sweep, pt: dict, nt: int) -> tuple[Callable[[], Any], int]:
         return (lambda: pg.max_pooling_grad(dy, x, y, out=res, num_threads=nt)), n
     N, C, H, W = pt["N"], pt["C"], pt["H"], pt["W"]
     nhwc = sw.layout == "NHWC"
-    x = rng.standard_normal((N, H, W, C) if nhwc else (N, C, H, W), dtype=np.float32)
+    x = rng.standard_normal((N, H, W, C) if nhwc else (N, C, H, W), dtype=np.float32).astype(sw.dtype)
     gx = None if sw.alloc else np.empty_like(x)
     lay = sw.layout
     det = sw.deterministic
@@ -191,7 +219,7 @@ def make_call(sw: Sweep, pt: dict, nt: int) -> tuple[Callable[[], Any], int]:
         if sw.op == "max_fwd":
             return (lambda: pg.max_pool2d_with_indices(x, k, s, p, layout=lay, num_threads=nt)), x.size
         y, ind = pg.max_pool2d_with_indices(x, k, s, p, layout=lay)
-        go = rng.standard_normal(y.shape, dtype=np.float32)
+        go = rng.standard_normal(y.shape, dtype=np.float32).astype(sw.dtype)
         return (lambda: pg.max_pool2d_with_indices_backward(go, x, ind, k, s, p, layout=lay, out=gx,
                                                             deterministic=det, num_threads=nt)), x.size
     if sw.op in ("avg_bwd", "avg_fwd"):

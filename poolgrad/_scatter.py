@@ -12,10 +12,14 @@ from .errors import ParamInvalidError
 from .memory import ScratchPool, thread_rows
 from .planning import channel_inner, split_evenly, threads_for
 
-# Most grad_x elements one deterministic work item owns (and so the float64 scratch one thread needs for the
-# 16-bit types: 8 MiB).  Bands are otherwise as tall as load balance allows: every band re-reads the output rows
-# whose windows straddle its edges, and on channels-last 112x112x64 images 64 Ki-element bands cost twice the
-# time of whole-image bands (measured), while keeping a band in L2 bought nothing measurable.
+# Most grad_x cells of a 16-bit band, which is summed in a float64 scratch band (so one thread needs at most
+# 8 MiB).  float32/float64 bands need no scratch and are as tall as load balance allows: every band re-reads the
+# output rows whose windows straddle its edges and skips, with a branch it cannot predict, the indices that fall
+# outside it; on channels-last 112x112x64 images 64 Ki-element bands cost twice the time of whole-image bands,
+# while keeping a band in L2 bought nothing measurable (1 Mi against 256 Ki-element bands on 8x64xHxH NHWC
+# k3s2p1, H = 80-160, equal within noise).  Capping float32 bands at 1 Mi elements made the step issue 8 found:
+# NHWC 1x256x4xW k3s2p1 at one thread, W 1024 -> 2048 cut the 4-row image into 2-row bands, 0.55 -> 1.46 ns per
+# element (fastest of 9; whole-image bands 0.60), and W = 3072 into three, 2.83 ns (whole image 0.63).
 BAND_MAX = 1 << 20
 # With few planes, cut them into at least this many bands per thread.  More bands balance better but re-read
 # more boundary rows: on 1x3x1024x1024 k3s1 at 2 threads, 2-6 per thread were best and 16 cost 10-30% more.
@@ -23,6 +27,13 @@ SCATTER_BANDS_PER_THREAD = 4
 # Nondeterministic float32/float64 with fewer planes than threads uses the atomic kernel when bands would be
 # less than this many window heights tall.
 THIN_BANDS = 4
+# Many NCHW planes (at least 8, one band per plane: see _max_pool_indices.plane_groups) of at most this many
+# cells take the planes scatter (``scatter_backward_planes``: one flat loop per plane over per-output window
+# tables, no per-band and per-row bookkeeping).  Measured at one thread, batch 8, float32, band kernel time /
+# planes kernel time (medians of 9-11 interleaved runs, loaded machine): 832x7x7 k3s1p1 1.56, 512x14x14 k3s1p1 1.36, 256x13x13
+# k3s2 1.47, 832x14x14 k2s2 1.18, 768x17x17 k3s2 1.21; 256x56x56 k2s2 1.02 and 64x112x112 k3s2p1 0.99 (equal
+# within noise, and so no step at the limit).  Larger planes keep the band kernel, whose tables are per row.
+PLANES_MAX_CELLS = 112 * 112
 
 
 class ScatterPlan:
@@ -40,8 +51,8 @@ class ScatterPlan:
         units = N if channel else N * C                 # independent planes (or images, channels-last)
         row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
         self.narrow = narrow = dt in ("f16", "bf16")
-        # 16-bit bands are float64: half as many cells keep the band's bytes (and its cache footprint) unchanged
-        nb = -(-H * row_elems // (BAND_MAX // 2 if narrow else BAND_MAX))
+        # 16-bit bands are float64 scratch: at most BAND_MAX // 2 cells keep it within BAND_MAX float32 cells' bytes
+        nb = -(-H * row_elems // (BAND_MAX // 2)) if narrow else 1
         if nthreads > 1 and units * nb < SCATTER_BANDS_PER_THREAD * nthreads:
             nb = max(nb, -(-SCATTER_BANDS_PER_THREAD * nthreads // units))
             # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
@@ -71,6 +82,18 @@ class ScatterPlan:
         # An output whose window holds no input row (padding and dilation can do that) reaches no band, so the
         # banded kernels would never see its index: such problems go straight to the exact plane-by-plane pass.
         self.empty_window = bool(np.any(row_hi <= row_lo))
+        # Many whole NCHW planes (one band each) up to PLANES_MAX_CELLS cells run through the planes kernel:
+        # groups of 32-64 planes (or one of 8-31) as work items, the same sums without the band kernel's per-band
+        # and per-row bookkeeping.
+        self.plane_groups = 0
+        if (not channel and not use_atomic and len(self.part) == 2 and not self.empty_window
+                and H * W <= PLANES_MAX_CELLS):
+            self.plane_groups = _max_pool_indices.plane_groups(units, nthreads)
+            if self.plane_groups:
+                self.items = self.plane_groups
+                Wo = go4.shape[3]
+                self.out_lo = np.repeat(row_lo.astype(np.int64) * W, Wo)
+                self.out_span = np.repeat((row_hi - row_lo).astype(np.int64) * W, Wo)
         # With the windows' column spans, a channels-last problem may run as a gather over grad_x instead
         # (``gather_backward_cl``: lanes over C, every cell written once, the same bits as the deterministic
         # scatter, in both modes); the kernel declines (None) where it does not apply, and the plan remembers.
@@ -114,6 +137,10 @@ class ScatterPlan:
                   prezeroed: bool) -> tuple[Callable[..., None], tuple[Any, ...]]:
         """The scatter's fast pass - kernel and arguments - chosen here only, for run() and for the launch
         records that replay it."""
+        if self.plane_groups:
+            return (_max_pool_indices.scatter_backward_planes,
+                    (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.out_lo, self.out_span,
+                     self.plane_groups, scratch, flags, self.nthreads, prezeroed))
         return (_max_pool_indices.scatter_backward,
                 (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
                  self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed))

@@ -20,12 +20,24 @@ from .memory import OutputLayout, ScratchPool, kernel_friendly, kernel_input, ke
 from .planning import channel_inner, threads_for
 from .validation import check_allocatable, check_no_overlap, parse_index_dtype, prepare_out
 
-__all__ = ["ArgmaxPlan", "ScatterBackwardPlan", "UniformArgmax", "uniform_argmax"]
+__all__ = ["ArgmaxPlan", "PlaneArgmax", "ScatterBackwardPlan", "UniformArgmax", "uniform_argmax"]
 
 # The vectorised forward keeps one float64 and one int32 scratch row of Wo (times C) lanes per thread and a
 # table entry per kernel cell; beyond these sizes the per-window kernel runs instead.
 UNIFORM_MAX_ROW = 1 << 20       # also bounds W (times C), the phase-split input row of strided windows
 UNIFORM_MAX_CELLS = 1 << 16
+# Planes (not channels-last) up to a size run as channels-last tiles of 32-64 planes (``PlaneArgmax``),
+# PyTorch-style and adaptive windows alike.  The tiles cost two copies per element whatever the windows; the row
+# kernel they replace pays per output row and per window cell, so the tiles win up to larger planes the more
+# window cells there are per input cell (``density``: 1 for k2s2, 2.25 for k3s2, 9 for k3s1).  Measured,
+# 2x64xHxH float32 at one thread, ns per input element, tiles / row kernel (fastest of 9, CPU time of the
+# thread, loaded machine): k2s2 H=48 1.38 / 2.01, 56 1.55-1.91 / 3.05-3.37, 64 1.76-1.93 / 1.50-1.58, 80
+# 2.35 / 1.04; k3s2p1 H=80 1.35 / 2.32, 96 1.88 / 1.90, 112 1.74-2.23 / 2.02-2.83, 128 1.97 / 1.86, 144 2.22 /
+# 1.77; k3s1p1 H=112 5.35 / 7.31, 120 5.37 / 7.02, 128 6.73-7.05 / 5.34-6.77, 144 4.91 / 4.96.  The limits sit
+# where the two meet, so that neither side of a limit is more than 1.5x dearer per element than the other
+# (the row kernel's own steps with W, such as k2s2 64 -> 72, 1.58 -> 2.73, are not the tiles').  So (density
+# up to, most cells per plane):
+PLANES_MAX_CELLS = ((1.5, 56 * 56), (4.0, 96 * 96), (float("inf"), 120 * 120))
 
 
 class ArgmaxPlan:
@@ -50,6 +62,7 @@ class ArgmaxPlan:
         self.fast: UniformArgmax | bool | None = None   # chosen on the first run, from the kernel views
         # the first run's kernel call, recorded for _launch.Runner (False: not replayable)
         self.launch: Launch | bool | None = None
+        self.planes: PlaneArgmax | None = None
 
     def _tables(self, y_size: int) -> tuple:
         win_h, win_w = self.windows()
@@ -73,15 +86,21 @@ class ArgmaxPlan:
         xk = kernel_view(kernel_input(x4))
         y4 = kernel_view(to_nchw(y, layout))
         ind4 = to_nchw(ind, layout)
-        fast = self.fast
-        if fast is None:
-            u = self.uniform
-            fast = self.fast = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
-                                              u.dilation, nthreads) if u is not None else False)
-        if fast and fast.ok:
-            fast.run(xk, y4, ind4)
+        planes = self.planes
+        if planes is None:
+            planes = self.planes = PlaneArgmax(self.dt, self.it, xk, ind4, win_h, win_w, nthreads)
+        if planes.ok:
+            planes.run(xk, y4, ind4, win_h, win_w, self.step)
         else:
-            _max_pool_indices.argmax_forward(*self._window_args(xk, y4, ind4, win_h, win_w, nthreads))
+            fast = self.fast
+            if fast is None:
+                u = self.uniform
+                fast = self.fast = (UniformArgmax(self.dt, self.it, xk, ind4, u.kernel, u.stride, u.padding,
+                                                  u.dilation, nthreads) if u is not None else False)
+            if fast and fast.ok:
+                fast.run(xk, y4, ind4)
+            else:
+                _max_pool_indices.argmax_forward(*self._window_args(xk, y4, ind4, win_h, win_w, nthreads))
         if self.launch is None:
             self.launch = self._launch(x, y, ind, xk, y4, ind4)
         return y, ind
@@ -97,7 +116,13 @@ class ArgmaxPlan:
         """The launch record of this plan's kernel call (sources x 0, y 1, indices 2), or False when the kernel
         reads a copy of x or the outputs come from the block cache."""
         uniform = self.fast
-        if isinstance(uniform, UniformArgmax) and uniform.ok:
+        planes = self.planes
+        if planes is not None and planes.ok:
+            mark = object()                         # stand-in for the scratch row set, found by identity
+            rec = Launch(_max_pool_indices.argmax_forward_planes, planes.args_for(xk, y4, ind4, self.step, mark), 1)
+            if not rec.scratch(planes.scratch, mark):
+                return False
+        elif isinstance(uniform, UniformArgmax) and uniform.ok:
             marks = (object(), object(), object())     # stand-ins for the scratch rows, found by identity
             rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, marks), 1)
             if not rec.scratch(uniform.scratch, marks):
@@ -110,6 +135,46 @@ class ArgmaxPlan:
         ok = (rec.output(y) and rec.output(ind) and rec.view(2, 0, x, xk) and rec.view(3, 1, y, y4)
               and rec.view(4, 2, ind, ind4))
         return rec if ok else False
+
+
+class PlaneArgmax:
+    """The forward for many small planes (logical-NCHW kernel views that are not channels-last): groups of 32
+    to 64 planes (or one group of 8 to 31) are interleaved into a channels-last tile and run through the
+    channels-last window kernel, vector lanes over planes (``_max_pool_indices.argmax_forward_planes``).
+    ``ok`` is False where it does not apply: channels-last storage, planes too large for their windows
+    (PLANES_MAX_CELLS), fewer than 8 planes (``_max_pool_indices.plane_groups``).  Any windows (PyTorch-style
+    or adaptive) with no empty window; scratch pooled as in :class:`UniformArgmax`."""
+
+    def __init__(self, dt: str, it: str, xk: np.ndarray, ind4: np.ndarray, win_h: dict[str, np.ndarray],
+                 win_w: dict[str, np.ndarray], nthreads: int) -> None:
+        N, C, H, W = xk.shape
+        density = float(np.sum(win_h["count"])) * float(np.sum(win_w["count"])) / (H * W)
+        max_cells = next(cells for top, cells in PLANES_MAX_CELLS if density <= top)
+        self.groups = (_max_pool_indices.plane_groups(N * C, nthreads)
+                       if not channel_inner(xk) and H * W <= max_cells else 0)
+        self.ok = self.groups > 0
+        if not self.ok:
+            return
+        self.dt, self.it, self.nthreads, self.win_h, self.win_w = dt, it, nthreads, win_h, win_w
+        nbytes = _max_pool_indices.planes_scratch_bytes(dt, it, H, W, ind4.shape[2], ind4.shape[3], N * C,
+                                                        self.groups)
+        self.scratch = ScratchPool(lambda: thread_rows(nthreads, nbytes, np.uint8))
+
+    def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, win_h: dict[str, np.ndarray],
+            win_w: dict[str, np.ndarray], step: tuple[int, int]) -> None:
+        scratch = self.scratch.take()
+        _max_pool_indices.argmax_forward_planes(*self.args_for(xk, y4, ind4, step, scratch, win_h, win_w))
+        self.scratch.give(scratch)
+
+    def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, step: tuple[int, int],
+                 scratch: Any, win_h: dict[str, np.ndarray] | None = None,
+                 win_w: dict[str, np.ndarray] | None = None) -> tuple[Any, ...]:
+        """Arguments of ``argmax_forward_planes`` (the arrays at 2, 3, 4), for run() and launch records (the
+        window tables are the ones this instance was planned with unless given)."""
+        win_h = self.win_h if win_h is None else win_h
+        win_w = self.win_w if win_w is None else win_w
+        return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], step[0], win_w["start"],
+                win_w["count"], step[1], self.groups, scratch, self.nthreads)
 
 
 class UniformArgmax:

@@ -145,3 +145,12 @@ def test_a_wrong_result_is_reported_and_not_timed(monkeypatch):
     text = models.markdown(result)
     assert text.startswith("**2 configuration(s) gave results that differ from PyTorch's")
     assert "check failed, not timed: tiny/max: bwd gradient" in text
+
+
+def test_tables_without_the_training_step_phase(capsys):
+    """A run of the forward and backward alone (no fwdbwd) renders its pivot per phase and its layer rows."""
+    result = models.run(TINY[:2], [1], ["NCHW"], [1], ["out"], ("bwd", "fwd"), reps=1, warmup=0,
+                        copy_bytes=1 << 20, progress=None)
+    text = models.markdown(result, ("summary", "pivot", "layers"))
+    assert "`out` mode, `bwd`" in text and "`out` mode, `fwd`" in text and "fwdbwd" not in text
+    assert models.pivot(result, "out", "fwd").splitlines()[0] == "| model | batch | NCHW 1t |"

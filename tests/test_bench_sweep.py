@@ -67,6 +67,13 @@ def test_the_sweeps_straddle_the_thresholds_of_this_build():
             _straddles([_ho(p["W"], p) * p["C"] for p in s.points], v + 1) for s in of("avg_bwd", "NHWC")),
         (("poolgrad.tf_max_pool",), "COMPOSE_MAX_C"): lambda v: any(_straddles([p["C"] for p in s.points], v)
                                                                  for s in of("tf_grad", "NHWC")),
+        (("poolgrad._scatter",), "PLANES_MAX_CELLS"): lambda v: any(
+            _straddles([p["H"] * p["W"] for p in s.points], v + 1) for s in of("max_bwd", "NCHW")),
+        # every density tier of the planes forward: a sweep of windows of that density (k^2 / s^2) across its size
+        (("poolgrad.indexed",), "PLANES_MAX_CELLS"): lambda v: all(
+            any(_straddles([p["H"] * p["W"] for p in s.points], cells + 1) and lo < s.points[0]["k"] ** 2 /
+                s.points[0]["s"] ** 2 <= top for s in of("max_fwd", "NCHW"))
+            for (lo, _), (top, cells) in zip([(0.0, 0)] + list(v[:-1]), v)),
         (("poolgrad.planning", "poolgrad.config"), "GRAIN"): lambda v: all(
             any(_straddles([p.get("n") or p["N"] * p["C"] * p["H"] * p["W"] for p in s.points], 2 * v)
                 for s in of(op)) for op in sweep.OPS),

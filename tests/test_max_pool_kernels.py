@@ -12,7 +12,7 @@ import pytest
 
 import pgtest
 import poolgrad as pg
-from poolgrad import _max_pool_indices, slow
+from poolgrad import _max_pool_indices, indexed, slow
 from pgtest import DTYPES, DTYPE_IDS
 
 # (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts at and around the 32-lane block
@@ -169,6 +169,8 @@ def test_paths_taken(monkeypatch, adaptive):
     with old_forward():
         run()
     run_nchw = pg.adaptive_max_pool2d if adaptive else pg.max_pool2d_with_indices
+    # NCHW planes this small go to the planes forward by default (tests/test_plane_kernels.py); here the old one
+    monkeypatch.setattr(indexed, "PLANES_MAX_CELLS", ((float("inf"), 0),))
     run_nchw(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), 2)
     assert taken == ["channels_last", "windows" if adaptive else "rows", "windows" if adaptive else "rows"]
 
