@@ -226,10 +226,14 @@ def _close(got: np.ndarray, want: Any, what: str) -> None:
         raise AssertionError(f"{what}: differs from PyTorch (largest gap {np.abs(g - w).flat[bad]:.3g})")
 
 
-def interleaved(fns: dict[Any, Callable[[], Any]], reps: int, warmup: int, max_seconds: float) -> dict[Any, float]:
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+def interleaved(fns: dict[Any, Callable[[], Any]], reps: int, warmup: int, max_seconds: float,
+                clock: str = "wall") -> dict[Any, float]:
     """Medians of round-robin timing (see ``poolgrad.benchmark.interleaved_medians``)."""
     from poolgrad.benchmark import interleaved_medians
-    return interleaved_medians(fns, reps, warmup, max_seconds)
+    return interleaved_medians(fns, reps, warmup, max_seconds, CLOCKS[clock])
 
 
 def copy_rates(threads: list[int], nbytes: int) -> dict[int, float]:
@@ -240,8 +244,11 @@ def copy_rates(threads: list[int], nbytes: int) -> dict[int, float]:
 
 def run(layers: list[Layer], batches: list[int], layouts: list[str], threads: list[int], modes: list[str],
         phases: tuple[str, ...], reps: int, warmup: int = 2, max_seconds: float = 20.0, copy_bytes: int = 256 << 20,
-        progress: Callable[[str], None] | None = print) -> dict:
-    """Check and time every configuration; returns the JSON-able result (rows, copy rates, environment)."""
+        progress: Callable[[str], None] | None = print, clock: str = "wall") -> dict:
+    """Check and time every configuration; returns the JSON-able result (rows, copy rates, environment).
+    ``clock="thread"`` (one thread only) times the calling thread's CPU time instead of wall time."""
+    if clock == "thread" and any(nt != 1 for nt in threads):
+        raise ValueError("--clock thread measures one-thread calls only (other threads' CPU time is not counted)")
     import torch
 
     import poolgrad
@@ -269,7 +276,7 @@ def run(layers: list[Layer], batches: list[int], layouts: list[str], threads: li
                             rows.append(row)
                             say(f"CHECK FAILED, not timed: {exc}")
                             continue
-                        med = interleaved(fns, reps, warmup, max_seconds)
+                        med = interleaved(fns, reps, warmup, max_seconds, clock)
                         for phase in phases:
                             row[f"poolgrad_{phase}_s"] = med["poolgrad", phase]
                             row[f"torch_{phase}_s"] = med["torch", phase]
@@ -285,7 +292,7 @@ def run(layers: list[Layer], batches: list[int], layouts: list[str], threads: li
     for row in rows:
         row["copy_gbs"] = rates[row["threads"]]
     return {"rows": rows, "errors": [r["error"] for r in rows if "error" in r], "phases": list(phases),
-            "reps": reps, "warmup": warmup,
+            "reps": reps, "warmup": warmup, "clock": clock,
             "copy_gbs_start": {str(t): r for t, r in start_rates.items()},
             "copy_gbs_end": {str(t): r for t, r in end_rates.items()},
             "copy_gbs": {str(t): r for t, r in rates.items()}, "seconds": time.time() - t_start,
@@ -382,7 +389,8 @@ def markdown(result: dict, tables: tuple[str, ...] = ("summary", "models", "laye
     parts = [f"**{len(errors)} configuration(s) gave results that differ from PyTorch's and were not timed:** "
              + "; ".join(errors)] if errors else []
     parts += [f"Copy rate (read + write, `poolgrad._bandwidth`, the higher of the run's start and end): {rates}. "
-             f"Medians of {result['reps']} interleaved rounds after {result['warmup']} warm-up rounds; ratio = "
+             f"Medians ({'calling-thread CPU time' if result.get('clock') == 'thread' else 'wall time'}) of "
+             f"{result['reps']} interleaved rounds after {result['warmup']} warm-up rounds; ratio = "
              "PyTorch time / poolgrad time (> 1: poolgrad faster)."]
     if "summary" in tables:
         lines = ["| layout | mode | threads | phase | layer rows | geomean | min | max | rows < 1.0x |",
@@ -447,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     parser.add_argument("--max-seconds", type=float, default=20.0,
                         help="stop a configuration's rounds after this long (at least 3 rounds; default 20)")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall time (default) or, for one-thread runs, the calling thread's CPU time "
+                             "(steady on a shared machine: waits for a core are not counted)")
     parser.add_argument("--json", help="write the result to this JSON file")
     parser.add_argument("--markdown", nargs="?", const="-", metavar="FILE",
                         help="write the markdown tables to FILE (or stdout)")
@@ -466,8 +477,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("no layer selected")
         threads = args.threads or sorted({1, _all_threads()})
         phases = tuple(p for p in PHASES if p in args.phases)
+        if args.clock == "thread" and threads != [1]:
+            parser.error("--clock thread needs --threads 1")
         result = run(layers, args.batches, args.layouts, threads, args.modes, phases, args.reps, args.warmup,
-                     args.max_seconds)
+                     args.max_seconds, clock=args.clock)
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(result, fh, indent=1)

@@ -86,10 +86,14 @@ def median_time(fn: Callable[[], Any], reps: int = 7, warmup: int = 3, max_secon
 
 
 def interleaved_times(fns: dict[Any, Callable[[], Any]], reps: int = 7, warmup: int = 3,
-                      max_seconds: float = 5.0) -> dict[Any, list[float]]:
-    """Wall times of every callable, timed round-robin: each of ``reps`` rounds calls each function once (in a
+                      max_seconds: float = 5.0, clock: Callable[[], float] = time.perf_counter
+                      ) -> dict[Any, list[float]]:
+    """Times of every callable, timed round-robin: each of ``reps`` rounds calls each function once (in a
     rotating order, so none always runs right after another), after ``warmup`` untimed rounds.  Rounds stop
-    early (after at least 3) once ``max_seconds`` have passed."""
+    early (after at least 3) once ``max_seconds`` of wall time have passed.  ``clock``: wall time by default;
+    ``time.thread_time`` counts only the calling thread's CPU time, which is the whole cost of a one-thread
+    call (OpenMP and ATen run a one-thread region in the caller) and leaves out the waits for a core that a
+    shared machine adds."""
     names = list(fns)
     times: dict[Any, list[float]] = {k: [] for k in names}
     for _ in range(warmup):
@@ -99,18 +103,20 @@ def interleaved_times(fns: dict[Any, Callable[[], Any]], reps: int = 7, warmup: 
     for r in range(reps):
         for j in range(len(names)):
             k = names[(r + j) % len(names)]
-            t0 = time.perf_counter()
+            t0 = clock()
             fns[k]()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
         if time.perf_counter() - start > max_seconds and r + 1 >= 3:
             break
     return times
 
 
 def interleaved_medians(fns: dict[Any, Callable[[], Any]], reps: int = 7, warmup: int = 3,
-                        max_seconds: float = 5.0) -> dict[Any, float]:
-    """Median wall time of every callable over the rounds of :func:`interleaved_times`."""
-    return {k: statistics.median(v) for k, v in interleaved_times(fns, reps, warmup, max_seconds).items()}
+                        max_seconds: float = 5.0, clock: Callable[[], float] = time.perf_counter
+                        ) -> dict[Any, float]:
+    """Median time of every callable over the rounds of :func:`interleaved_times`."""
+    return {k: statistics.median(v)
+            for k, v in interleaved_times(fns, reps, warmup, max_seconds, clock).items()}
 
 
 def run_cases(cases: Iterable[Case], reps: int = 7, progress: Callable[[str], None] | None = None,

@@ -154,3 +154,15 @@ def test_tables_without_the_training_step_phase(capsys):
     text = models.markdown(result, ("summary", "pivot", "layers"))
     assert "`out` mode, `bwd`" in text and "`out` mode, `fwd`" in text and "fwdbwd" not in text
     assert models.pivot(result, "out", "fwd").splitlines()[0] == "| model | batch | NCHW 1t |"
+
+
+def test_thread_clock_times_one_thread_calls_only():
+    """``clock="thread"`` records CPU time of the calling thread (said in the tables); more threads are refused,
+    since their workers' time would not be counted."""
+    result = models.run(TINY[:1], [1], ["NCHW"], [1], ["out"], ("bwd",), reps=2, warmup=0, copy_bytes=1 << 20,
+                        progress=None, clock="thread")
+    assert result["clock"] == "thread" and result["rows"][0]["poolgrad_bwd_s"] > 0
+    assert "calling-thread CPU time" in models.markdown(result, ("summary",))
+    with pytest.raises(ValueError, match="one-thread"):
+        models.run(TINY[:1], [1], ["NCHW"], [1, 2], ["out"], ("bwd",), reps=1, warmup=0, progress=None,
+                   clock="thread")
