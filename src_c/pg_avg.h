@@ -177,62 +177,31 @@ PG_AVG_WIN(double, f64_avx512, PG_AVG_AVX512)
  * set-up; a masked last vector has neither.  Same additions in the same order: the same bits. */
 #define PG_AVG_M8(n, i) ((n) - (i) >= 8 ? (__mmask8)0xff : (__mmask8)((1u << ((n) - (i))) - 1u))
 #define PG_AVG_M16(n, i) ((n) - (i) >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ((n) - (i))) - 1u))
-PG_AVG_AVX512 static void pg_avg_sum_f64_avx512(double *restrict o, const double *restrict a,
-                                                const double *restrict b, const double *restrict c, Py_ssize_t n) {
-    Py_ssize_t i;
-    if (b == NULL)
-        for (i = 0; i < n; i += 8) {
-            __mmask8 m = PG_AVG_M8(n, i);
-            _mm512_mask_storeu_pd(o + i, m, _mm512_maskz_loadu_pd(m, a + i));
-        }
-    else if (c == NULL)
-        for (i = 0; i < n; i += 8) {
-            __mmask8 m = PG_AVG_M8(n, i);
-            _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, a + i),
-                                                          _mm512_maskz_loadu_pd(m, b + i)));
-        }
-    else
-        for (i = 0; i < n; i += 8) {
-            __mmask8 m = PG_AVG_M8(n, i);
-            __m512d v = _mm512_add_pd(_mm512_maskz_loadu_pd(m, a + i), _mm512_maskz_loadu_pd(m, b + i));
-            _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(v, _mm512_maskz_loadu_pd(m, c + i)));
-        }
+#define PG_AVG_SUMACC512(T, S, V, W, M, LOAD, STORE, ADD)                                                      \
+PG_AVG_AVX512 static void pg_avg_sum_##S##_avx512(T *restrict o, const T *restrict a, const T *restrict b,     \
+                                                const T *restrict c, Py_ssize_t n) {                         \
+    Py_ssize_t i;                                                                                            \
+    if (b == NULL)                                                                                           \
+        for (i = 0; i < n; i += W) { M m = PG_AVG_M##W(n, i); STORE(o + i, m, LOAD(m, a + i)); }             \
+    else if (c == NULL)                                                                                      \
+        for (i = 0; i < n; i += W) {                                                                         \
+            M m = PG_AVG_M##W(n, i);                                                                         \
+            STORE(o + i, m, ADD(LOAD(m, a + i), LOAD(m, b + i)));                                            \
+        }                                                                                                    \
+    else                                                                                                     \
+        for (i = 0; i < n; i += W) {                                                                         \
+            M m = PG_AVG_M##W(n, i);                                                                         \
+            STORE(o + i, m, ADD(ADD(LOAD(m, a + i), LOAD(m, b + i)), LOAD(m, c + i)));                       \
+        }                                                                                                    \
+}                                                                                                            \
+PG_AVG_AVX512 static void pg_avg_acc_##S##_avx512(T *restrict o, const T *restrict a, Py_ssize_t n) {          \
+    for (Py_ssize_t i = 0; i < n; i += W) {                                                                  \
+        M m = PG_AVG_M##W(n, i);                                                                             \
+        STORE(o + i, m, ADD(LOAD(m, o + i), LOAD(m, a + i)));                                                \
+    }                                                                                                        \
 }
-PG_AVG_AVX512 static void pg_avg_acc_f64_avx512(double *restrict o, const double *restrict a, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i += 8) {
-        __mmask8 m = PG_AVG_M8(n, i);
-        _mm512_mask_storeu_pd(o + i, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, o + i),
-                                                      _mm512_maskz_loadu_pd(m, a + i)));
-    }
-}
-PG_AVG_AVX512 static void pg_avg_sum_f32_avx512(float *restrict o, const float *restrict a,
-                                                const float *restrict b, const float *restrict c, Py_ssize_t n) {
-    Py_ssize_t i;
-    if (b == NULL)
-        for (i = 0; i < n; i += 16) {
-            __mmask16 m = PG_AVG_M16(n, i);
-            _mm512_mask_storeu_ps(o + i, m, _mm512_maskz_loadu_ps(m, a + i));
-        }
-    else if (c == NULL)
-        for (i = 0; i < n; i += 16) {
-            __mmask16 m = PG_AVG_M16(n, i);
-            _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i),
-                                                          _mm512_maskz_loadu_ps(m, b + i)));
-        }
-    else
-        for (i = 0; i < n; i += 16) {
-            __mmask16 m = PG_AVG_M16(n, i);
-            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
-            _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c + i)));
-        }
-}
-PG_AVG_AVX512 static void pg_avg_acc_f32_avx512(float *restrict o, const float *restrict a, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i += 16) {
-        __mmask16 m = PG_AVG_M16(n, i);
-        _mm512_mask_storeu_ps(o + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i),
-                                                      _mm512_maskz_loadu_ps(m, a + i)));
-    }
-}
+PG_AVG_SUMACC512(double, f64, __m512d, 8, __mmask8, _mm512_maskz_loadu_pd, _mm512_mask_storeu_pd, _mm512_add_pd)
+PG_AVG_SUMACC512(float, f32, __m512, 16, __mmask16, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps, _mm512_add_ps)
 /* sum0 (the forward's first window rows: ((a + 0) + b) + c) and sumdiv (the channels-last forward's window
  * columns and division in one pass, without the row accumulator's write and read), whole rows as masked
  * vectors */
