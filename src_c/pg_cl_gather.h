@@ -59,6 +59,21 @@
  * (under -ftrapping-math it may trap) and left that loop scalar.  The block is rounded once at the end, in two
  * separate vector loops: float64 -> float32 with round-to-odd, then float32 -> 16-bit to nearest even (that is
  * exactly pg_avg.h's pg_avg_store_DT, split so that each step vectorises). */
+/* The 16-bit result of a sum with exactly one term g, +0 + g rounded once (pg_avg_store_DT((double)g + 0.0)):
+ * g itself, except that -0 becomes +0 (+0 + -0 = +0) and a NaN comes out quiet (the add quiets it, the float32
+ * -> 16-bit narrowing keeps sign and payload top: the quiet bit set on g's own bits).  Inf and subnormals are
+ * exact.  Integer selects only, so the loop vectorises on 16-bit lanes. */
+PG_INLINE uint16_t pg_cl_one_f16(uint16_t g)
+{
+    uint16_t q = (uint16_t)(g | ((g & 0x7fffu) > 0x7c00u ? 0x0200u : 0u));
+    return g == 0x8000u ? (uint16_t)0 : q;
+}
+PG_INLINE uint16_t pg_cl_one_bf16(uint16_t g)
+{
+    uint16_t q = (uint16_t)(g | ((g & 0x7fffu) > 0x7f80u ? 0x0040u : 0u));
+    return g == 0x8000u ? (uint16_t)0 : q;
+}
+
 #define PG_CL_GATHER_BLOCK16(DT, T, ACC, STORE, IT, NL, SKIP)                                                \
     do {                                                                                                  \
         double acc[NL], wide[NL];                                                                         \
@@ -67,6 +82,19 @@
         for (Py_ssize_t l = 0; l < (NL); l++) {                                                           \
             acc[l] = 0;                                                                                   \
             hit[l] = 0;                                                                                   \
+        }                                                                                                 \
+        if ((ob - oa) * (wb - wa) == 1) {                                                                 \
+            /* one covering output (k <= s): the sum is +0 or one term, so the result is that term's own  \
+             * bits as the float64 path would round them (pg_cl_one_DT), with no arithmetic at all */       \
+            const IT *ip = ind + oa * ix_h + wa * ix_w + c;                                               \
+            const uint16_t *gp = go + oa * go_h + wa * go_w + c;                                          \
+            for (Py_ssize_t l = 0; l < (NL); l++) {                                                       \
+                int m = ip[l] == cell;                                                                    \
+                gxc[l] = m ? pg_cl_one_##DT(gp[l]) : (uint16_t)0;                                         \
+                hit[l] = m;                                                                               \
+            }                                                                                             \
+            for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                    \
+            break;                                                                                        \
         }                                                                                                 \
         for (int64_t oh = oa; oh < ob; oh++) {                                                            \
             for (int64_t ow = wa; ow < wb; ow++) {                                                        \
