@@ -103,7 +103,10 @@ PG_INLINE uint16_t pg_cl_one_bf16(uint16_t g)
                 for (Py_ssize_t l = 0; l < (NL); l++) wide[l] = (double)pg_load_##DT(gp[l]);              \
                 for (Py_ssize_t l = 0; l < (NL); l++) {                                                   \
                     int m = ip[l] == cell;                                                                \
-                    acc[l] += m ? wide[l] : 0.0;                                                          \
+                    double t = m ? wide[l] : 0.0;                                                         \
+                    /* a NaN term replaces the sum outright: with two NaN operands x86 returns the first, \
+                     * and GCC may swap a vector add's operands; the scalar kernels return the later term */ \
+                    acc[l] = t != t ? t : acc[l] + t;                                                     \
                     hit[l] += m;                                                                          \
                 }                                                                                         \
             }                                                                                             \
