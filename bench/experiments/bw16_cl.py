@@ -19,7 +19,11 @@ from threadpoolctl import threadpool_limits
 import poolgrad as pg
 from poolgrad.dtypes import bfloat16
 
-SHAPES = [(512, 14, 2, 2, 0), (832, 14, 2, 2, 0), (64, 112, 3, 2, 1), (192, 28, 3, 1, 1)]
+# (C, H = W, kernel, stride, padding): k2s2 rows run the gather with one covering output per cell, the (3, 2)
+# kernel the gather with 1.5 (its multi-output blocks), k3s2p1 and k3s1p1 the band scatter (cover above
+# _max_pool_indices.GATHER_MAX_COVER)
+SHAPES = [(512, 14, 2, 2, 0), (832, 14, 2, 2, 0), (256, 28, (3, 2), 2, 0), (64, 112, 3, 2, 1),
+          (192, 28, 3, 1, 1)]
 
 
 def main() -> None:
@@ -49,9 +53,10 @@ def main() -> None:
                 f()
                 ts[n].append(time.thread_time() - t)
         ref = float(np.median(ts["float32"]))
+        kname = k if isinstance(k, int) else "x".join(map(str, k))
         for n in calls:
             m = float(np.median(ts[n]))
-            print(f"{a.layout} 8x{H}x{H}x{C} k{k}s{s}p{p} {n:9s} {m * 1e3:7.2f} ms  x{m / ref:5.2f}")
+            print(f"{a.layout} 8x{H}x{H}x{C} k{kname}s{s}p{p} {n:9s} {m * 1e3:7.2f} ms  x{m / ref:5.2f}")
 
 
 if __name__ == "__main__":
