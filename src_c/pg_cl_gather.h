@@ -51,14 +51,6 @@
         for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                        \
     } while (0)
 
-/* The 16-bit block: the same float64 sums in the same order, written so that GCC vectorises every loop (the
- * generic block above, with its per-lane widening inside the compare-and-add and a per-lane rounding store,
- * stayed scalar: 16-bit rows ran 8-9x slower than float32 ones).  Each covering output's grad_output lanes are
- * widened to float64 first (exact: pg_dtype.h's branch-free conversion, then float -> double) in a loop of their
- * own, so that the compare-and-add is a plain select: GCC does not if-convert a conversion inside the select
- * (under -ftrapping-math it may trap) and left that loop scalar.  The block is rounded once at the end, in two
- * separate vector loops: float64 -> float32 with round-to-odd, then float32 -> 16-bit to nearest even (that is
- * exactly pg_avg.h's pg_avg_store_DT, split so that each step vectorises). */
 /* The 16-bit result of a sum with exactly one term g, +0 + g rounded once (pg_avg_store_DT((double)g + 0.0)):
  * g itself, except that -0 becomes +0 (+0 + -0 = +0) and a NaN comes out quiet (the add quiets it, the float32
  * -> 16-bit narrowing keeps sign and payload top: the quiet bit set on g's own bits).  Inf and subnormals are
@@ -74,6 +66,14 @@ PG_INLINE uint16_t pg_cl_one_bf16(uint16_t g)
     return g == 0x8000u ? (uint16_t)0 : q;
 }
 
+/* The 16-bit block: the same float64 sums in the same order, written so that GCC vectorises every loop (the
+ * generic block above, with its per-lane widening inside the compare-and-add and a per-lane rounding store,
+ * stayed scalar: 16-bit rows ran 8-9x slower than float32 ones).  Each covering output's grad_output lanes are
+ * widened to float64 first (exact: pg_dtype.h's branch-free conversion, then float -> double) in a loop of their
+ * own, so that the compare-and-add is a plain select: GCC does not if-convert a conversion inside the select
+ * (under -ftrapping-math it may trap) and left that loop scalar.  The block is rounded once at the end, in two
+ * separate vector loops: float64 -> float32 with round-to-odd, then float32 -> 16-bit to nearest even (that is
+ * exactly pg_avg.h's pg_avg_store_DT, split so that each step vectorises). */
 #define PG_CL_GATHER_BLOCK16(DT, T, ACC, STORE, IT, NL, SKIP)                                                \
     do {                                                                                                  \
         double acc[NL], wide[NL];                                                                         \
