@@ -51,6 +51,75 @@
         for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                        \
     } while (0)
 
+/* The 16-bit result of a sum with exactly one term g, +0 + g rounded once (pg_avg_store_DT((double)g + 0.0)):
+ * g itself, except that -0 becomes +0 (+0 + -0 = +0) and a NaN comes out quiet (the add quiets it, the float32
+ * -> 16-bit narrowing keeps sign and payload top: the quiet bit set on g's own bits).  Inf and subnormals are
+ * exact.  Integer selects only, so the loop vectorises on 16-bit lanes. */
+PG_INLINE uint16_t pg_cl_one_f16(uint16_t g)
+{
+    uint16_t q = (uint16_t)(g | ((g & 0x7fffu) > 0x7c00u ? 0x0200u : 0u));
+    return g == 0x8000u ? (uint16_t)0 : q;
+}
+PG_INLINE uint16_t pg_cl_one_bf16(uint16_t g)
+{
+    uint16_t q = (uint16_t)(g | ((g & 0x7fffu) > 0x7f80u ? 0x0040u : 0u));
+    return g == 0x8000u ? (uint16_t)0 : q;
+}
+
+/* The 16-bit block: the same float64 sums in the same order, written so that GCC vectorises every loop (the
+ * generic block above, with its per-lane widening inside the compare-and-add and a per-lane rounding store,
+ * stayed scalar: 16-bit rows ran 8-9x slower than float32 ones).  Each covering output's grad_output lanes are
+ * widened to float64 first (exact: pg_dtype.h's branch-free conversion, then float -> double) in a loop of their
+ * own, so that the compare-and-add is a plain select: GCC does not if-convert a conversion inside the select
+ * (under -ftrapping-math it may trap) and left that loop scalar.  The block is rounded once at the end, in two
+ * separate vector loops: float64 -> float32 with round-to-odd, then float32 -> 16-bit to nearest even (that is
+ * exactly pg_avg.h's pg_avg_store_DT, split so that each step vectorises). */
+#define PG_CL_GATHER_BLOCK16(DT, T, ACC, STORE, IT, NL, SKIP)                                                \
+    do {                                                                                                  \
+        double acc[NL], wide[NL];                                                                         \
+        float narrow[NL];                                                                                 \
+        int32_t hit[NL];                                                                                  \
+        for (Py_ssize_t l = 0; l < (NL); l++) {                                                           \
+            acc[l] = 0;                                                                                   \
+            hit[l] = 0;                                                                                   \
+        }                                                                                                 \
+        if ((ob - oa) * (wb - wa) == 1) {                                                                 \
+            /* one covering output (k <= s): the sum is +0 or one term, so the result is that term's own  \
+             * bits as the float64 path would round them (pg_cl_one_DT), with no arithmetic at all */       \
+            const IT *ip = ind + oa * ix_h + wa * ix_w + c;                                               \
+            const uint16_t *gp = go + oa * go_h + wa * go_w + c;                                          \
+            for (Py_ssize_t l = 0; l < (NL); l++) {                                                       \
+                int m = ip[l] == cell;                                                                    \
+                gxc[l] = m ? pg_cl_one_##DT(gp[l]) : (uint16_t)0;                                         \
+                hit[l] = m;                                                                               \
+            }                                                                                             \
+            for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                    \
+            break;                                                                                        \
+        }                                                                                                 \
+        for (int64_t oh = oa; oh < ob; oh++) {                                                            \
+            for (int64_t ow = wa; ow < wb; ow++) {                                                        \
+                const IT *ip = ind + oh * ix_h + ow * ix_w + c;                                           \
+                const uint16_t *gp = go + oh * go_h + ow * go_w + c;                                      \
+                for (Py_ssize_t l = 0; l < (NL); l++) wide[l] = (double)pg_load_##DT(gp[l]);              \
+                for (Py_ssize_t l = 0; l < (NL); l++) {                                                   \
+                    int m = ip[l] == cell;                                                                \
+                    double t = m ? wide[l] : 0.0;                                                         \
+                    /* a NaN term replaces the sum outright: with two NaN operands x86 returns the first, \
+                     * and GCC may swap a vector add's operands; the scalar kernels return the later term */ \
+                    acc[l] = t != t ? t : acc[l] + t;                                                     \
+                    hit[l] += m;                                                                          \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        for (Py_ssize_t l = 0; l < (NL); l++) narrow[l] = pg_f64_to_f32_odd(acc[l]);                      \
+        for (Py_ssize_t l = 0; l < (NL); l++) gxc[l] = pg_store_##DT(narrow[l]);                          \
+        for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                        \
+    } while (0)
+#define PG_CL_BLOCK_f32 PG_CL_GATHER_BLOCK
+#define PG_CL_BLOCK_f64 PG_CL_GATHER_BLOCK
+#define PG_CL_BLOCK_f16 PG_CL_GATHER_BLOCK16
+#define PG_CL_BLOCK_bf16 PG_CL_GATHER_BLOCK16
+
 /* grad_x row ih of one image: gx points at (n, ih, 0, 0) (cell stride gx_w, channel stride 1), go and ind at
  * image n (channel stride 1), C >= B (whole B-lane blocks, for the reasons given in pg_cl_argmax.h; a partial
  * last block is redone from C - B: the overlapping lanes get the same sums, and their hits are not counted
@@ -69,7 +138,7 @@ static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                             
         for (Py_ssize_t c0 = 0; c0 < C; c0 += B) {                                                        \
             Py_ssize_t c = c0 + B <= C ? c0 : C - B;                                                      \
             T *gxc = gx + iw * gx_w + c;                                                                  \
-            PG_CL_GATHER_BLOCK(DT, T, ACC, STORE, IT, B, c0 - c);                                                \
+            PG_CL_BLOCK_##DT(DT, T, ACC, STORE, IT, B, c0 - c);                                         \
         }                                                                                                 \
     }                                                                                                     \
     return hits;                                                                                          \
