@@ -13,6 +13,7 @@ import pytest
 import pgtest
 import poolgrad as pg
 from poolgrad import _max_pool_indices, indexed, slow
+from poolgrad.dtypes import bfloat16
 from pgtest import DTYPES, DTYPE_IDS
 
 # (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts at and around the 32-lane block
@@ -295,3 +296,37 @@ def test_forward_channel_groups(C, dtype):
     for cfg in ((C, 4, 5, (2, 2), (2, 2), (0, 0), (1, 1), False), (C, 4, 5, (3, 3), (1, 1), (1, 1), (1, 1), True)):
         for threads in (1, 2, 4, 7):
             _check_forward(_nhwc(x4), x4, cfg, np.int32, threads, reference=threads == 2)
+
+
+def _special_16bit(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Normal values with 40% specials as raw bits: +-0, quiet and signalling NaNs with payloads, +-inf,
+    subnormals and the largest finite values."""
+    bits = pgtest.random_values(rng, shape, dtype, "normal").view(np.uint16).copy()
+    if dtype == np.float16:
+        specials = [0x0000, 0x8000, 0x7E01, 0xFE37, 0x7C05, 0xFD11, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x7BFF, 0xFBFF]
+    else:
+        specials = [0x0000, 0x8000, 0x7FC1, 0xFFC5, 0x7F81, 0xFF93, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x7F7F, 0xFF7F]
+    pick = rng.random(shape) < 0.4
+    bits[pick] = rng.choice(np.array(specials, np.uint16), int(pick.sum()))
+    return bits.view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("kernel, stride, padding", [(2, 2, 0), (3, 3, 0), ((3, 2), 2, 0), ((3, 2), 2, (1, 0)),
+                                                     ((2, 3), 2, (0, 1)), (1, 1, 0)])
+def test_backward_16bit_specials_same_bits_every_level_and_layout(dtype, kernel, stride, padding):
+    """16-bit channels-last backward (the vectorised gather blocks, and their one-cover shortcut) on gradients
+    full of NaNs with payloads, -0, infinities and subnormals: the same bits at every ISA level, and the same
+    bits as the NCHW kernels on the same data."""
+    rng = np.random.default_rng(11)
+    x4 = pgtest.random_values(rng, (2, 40, 12, 11), dtype, "ties")
+    x = _nhwc(x4)
+    y, ind = pg.max_pool2d_with_indices(x, kernel, stride, padding, layout="NHWC")
+    go = _special_16bit(rng, y.shape, dtype)
+    nchw = pg.max_pool2d_with_indices_backward(pgtest.from_layout(go, "NHWC"), x4, pgtest.from_layout(ind, "NHWC"),
+                                               kernel, stride, padding, deterministic=True)
+    for level in pg.config.supported_isa_levels():
+        with pg.config.set_isa_level(level):
+            gx = pg.max_pool2d_with_indices_backward(go, x, ind, kernel, stride, padding, layout="NHWC",
+                                                     deterministic=True)
+        np.testing.assert_array_equal(_bits(pgtest.from_layout(gx, "NHWC")), _bits(nchw), err_msg=level)
