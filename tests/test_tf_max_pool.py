@@ -156,7 +156,9 @@ def test_wide_rows_every_isa(dtype):
 
 def test_planning_limits(monkeypatch):
     """Forced streaming stores, a tiny ring budget (more, smaller bands), the plane path for channels-last
-    memory (the giant-row fallback), many thin bands and the scalar-only plane path all give the same bits."""
+    memory (the giant-row fallback), many thin bands, the scalar-only plane path and the plane path instead of
+    the planes path (groups of planes as channels-last tiles, which the NCHW case takes by default) all give
+    the same bits."""
     rng = np.random.default_rng(3)
     cfg = ((2, 19, 33, 14), (5, 3), (2, 2), "SAME")
     x4, g4, _, gx_ref = _ref_case(rng, cfg, np.float32, "ties")
@@ -164,7 +166,8 @@ def test_planning_limits(monkeypatch):
         want = _grad(x4, g4, cfg, data_format, num_threads=3)
         _assert_close_to_ref(want, gx_ref, np.float32)
         for name, value in (("_stream_rows", lambda target, row_elems: True), ("RING_BUDGET", 1), ("RING_INT32", 1),
-                            ("TF_ITEMS_PER_THREAD", 50), ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False)):
+                            ("TF_ITEMS_PER_THREAD", 50), ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False),
+                            ("PLANES", False), ("TF_PLANES_TILE_BYTES", 1)):
             with monkeypatch.context() as m:
                 m.setattr(tf_max_pool, name, value)
                 got = _grad(x4, g4, cfg, data_format, num_threads=3)
