@@ -72,12 +72,19 @@ RING_INT32 = 1 << 30
 # Plane path: run the unclipped windows of a row in vector lanes (False: scalar loop only; for tests).
 VECTOR_PLANE = True
 # Small planes (plane-contiguous memory) run as groups of planes interleaved into channels-last tiles, vector
-# lanes over planes (_tf_max_pool._planes_*), where one plane's tile takes at most TF_PLANES_TILE_BYTES / 8
-# bytes (so a group has >= TF_PLANES_MIN planes; at most 64) and there are >= TF_PLANES_MIN planes.  The plane
-# path spends its time on per-row and per-window overheads there: k2s2 rows of 4 - 6 windows fill a fraction of
-# a vector.  Measured (float32, NCHW k2s2 VALID, 1 thread, medians, PYTHONPATH=. python
-# bench/experiments/tf_small_planes.py): see PLANES_MEASURED below.
+# lanes over planes (_tf_max_pool._planes_*): planes of at most TF_PLANES_MAX_CELLS cells, at least
+# TF_PLANES_MIN planes, groups of at most 64 planes and TF_PLANES_TILE_BYTES of x per tile (L1/L2-sized tiles).
+# The plane path spends its time on per-row and per-window overheads there (rows of 4 - 14 windows fill a part
+# of one vector).  Measured, planes path / plane path time through plans, NCHW, ~2**19 elements, 1 thread,
+# median of 5 interleaved rounds (``PYTHONPATH=. python bench/experiments/tf_planes_threshold.py 5 1``), forward
+# and gradient: float32 7x7 0.11 - 0.28, 13x13 / 14x14 0.21 - 0.44, 28x28 0.48 - 0.80, 32x32 k3s2 SAME 0.38 /
+# 0.52 but k2s2 VALID 2.35 / 1.26 (16 windows per row: exactly the plane path's AVX-512 vector), 45x45 1.0 - 1.6;
+# bfloat16 7x7 - 14x14 0.21 - 0.53, 28x28 0.79 - 1.06, 32x32 0.56 - 1.51, 45x45 and up 1.09 - 1.94.  So the
+# limit is 28x28 cells for every dtype.  On bench/overhead.py's 2x16x8x8 k2s2 (32 planes, one group) the
+# kernel call went from 27.7 to 5.1 us (gradient) and 21.5 to 3.0 us (forward), median of 8000 calls
+# (``PYTHONPATH=. python bench/experiments/tf_small_planes.py 8000``, before and after).
 TF_PLANES_MIN = 8
+TF_PLANES_MAX_CELLS = 28 * 28
 TF_PLANES_TILE_BYTES = 64 << 10
 # False: never the planes path (for tests).
 PLANES = True
@@ -155,7 +162,8 @@ class _Pool:
         N, C, H, W = x4.shape
         planes = N * C
         gmax = min(64, TF_PLANES_TILE_BYTES // (H * W * x4.dtype.itemsize))
-        if channel or not PLANES or gmax < TF_PLANES_MIN or planes < TF_PLANES_MIN:
+        if (channel or not PLANES or H * W > TF_PLANES_MAX_CELLS or gmax < TF_PLANES_MIN
+                or planes < TF_PLANES_MIN):
             return 0
         groups = -(-planes // gmax)
         if nthreads > 1:            # enough items to balance, each of >= TF_PLANES_MIN planes where possible
