@@ -71,6 +71,23 @@ STREAM_BYTES = 8 << 20
 RING_INT32 = 1 << 30
 # Plane path: run the unclipped windows of a row in vector lanes (False: scalar loop only; for tests).
 VECTOR_PLANE = True
+# Small planes (plane-contiguous memory) run as groups of planes interleaved into channels-last tiles, vector
+# lanes over planes (_tf_max_pool._planes_*): planes of at most TF_PLANES_MAX_CELLS cells, at least
+# TF_PLANES_MIN planes, groups of at most 64 planes and TF_PLANES_TILE_BYTES of x per tile (L1/L2-sized tiles).
+# The plane path spends its time on per-row and per-window overheads there (rows of 4 - 14 windows fill a part
+# of one vector).  Measured, planes path / plane path time through plans, NCHW, ~2**19 elements, 1 thread,
+# median of 5 interleaved rounds (``PYTHONPATH=. python bench/experiments/tf_planes_threshold.py 5 1``), forward
+# and gradient: float32 7x7 0.11 - 0.28, 13x13 / 14x14 0.21 - 0.44, 28x28 0.48 - 0.80, 32x32 k3s2 SAME 0.38 /
+# 0.52 but k2s2 VALID 2.35 / 1.26 (16 windows per row: exactly the plane path's AVX-512 vector), 45x45 1.0 - 1.6;
+# bfloat16 7x7 - 14x14 0.21 - 0.53, 28x28 0.79 - 1.06, 32x32 0.56 - 1.51, 45x45 and up 1.09 - 1.94.  So the
+# limit is 28x28 cells for every dtype.  On bench/overhead.py's 2x16x8x8 k2s2 (32 planes, one group) the
+# kernel call went from 27.7 to 5.1 us (gradient) and 21.5 to 3.0 us (forward), median of 8000 calls
+# (``PYTHONPATH=. python bench/experiments/tf_small_planes.py 8000``, before and after).
+TF_PLANES_MIN = 8
+TF_PLANES_MAX_CELLS = 28 * 28
+TF_PLANES_TILE_BYTES = 64 << 10
+# False: never the planes path (for tests).
+PLANES = True
 
 
 class _Pool:
@@ -140,6 +157,19 @@ class _Pool:
         ow_a, ow_b = (int(full[0]), int(full[-1]) + 1) if full.size else (0, 0)
         return VECTOR_PLANE and ow_b > ow_a and ring_elems < RING_INT32, ow_a, ow_b, sw, kw, pw
 
+    def plane_groups(self, x4: np.ndarray, channel: bool, nthreads: int) -> int:
+        """Work items of the planes path for kernel view ``x4`` (0: not taken; see TF_PLANES_TILE_BYTES)."""
+        N, C, H, W = x4.shape
+        planes = N * C
+        gmax = min(64, TF_PLANES_TILE_BYTES // (H * W * x4.dtype.itemsize))
+        if (channel or not PLANES or H * W > TF_PLANES_MAX_CELLS or gmax < TF_PLANES_MIN
+                or planes < TF_PLANES_MIN):
+            return 0
+        groups = -(-planes // gmax)
+        if nthreads > 1:            # enough items to balance, each of >= TF_PLANES_MIN planes where possible
+            groups = max(groups, min(planes // TF_PLANES_MIN, TF_ITEMS_PER_THREAD * nthreads))
+        return groups
+
     def forward(self, x: np.ndarray, nthreads: int) -> np.ndarray:
         """Window maxima of ``x`` (this pool's shape, strides and flags), in x's memory order (the spec's NaN
         rule)."""
@@ -158,21 +188,32 @@ class _Pool:
             nparts = 1
             if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
                 nparts = min(Ho, -(-TF_ITEMS_PER_THREAD * nthreads // units))
+            groups = self.plane_groups(x4, channel, nthreads)
+            scratch = None
+            if groups:
+                nparts = 1
+                nbytes = _tf_max_pool.planes_scratch_bytes(self.dt, H, W, Ho, self.out_hw[1], -(-units // groups),
+                                                           0)
+                scratch = ScratchPool(lambda: thread_rows(min(nthreads, groups), nbytes, np.uint8))
             part = (np.arange(nparts + 1, dtype=np.int64) * Ho) // nparts
-            threads = min(nthreads, units * nparts)
+            threads = min(nthreads, groups or units * nparts)
             win_h = int(np.max(self.hhi - self.hlo))
-            plan = self.memo[("forward", nthreads)] = (part, win_h, self.plane_vector_run(W), threads)
-        part, win_h, vec, threads = plan
+            plan = self.memo[("forward", nthreads)] = (part, win_h, self.plane_vector_run(W), threads, groups,
+                                                       scratch)
+        part, win_h, vec, threads, groups, scratch_pool = plan
         xk, yk = kernel_view(x4), kernel_view(to_nchw(y, self.data_format))
+        scratch = scratch_pool.take() if groups else None
         args = (self.dt, xk, yk, self.hlo, self.hhi, self.wlo, self.whi, part, channel, np.zeros(win_h, np.int32),
-                *vec, threads)
+                *vec, threads, groups, scratch)
         _tf_max_pool.max_pool(*args)
+        if groups:
+            scratch_pool.give(scratch)
         if ("launch", nthreads) not in self.memo:
             # the first run's kernel call, recorded for _launch.Runner (sources x 0, y 1; the int32 zeros are
-            # only read)
+            # only read; the planes path's scratch comes from its pool on every replay)
             rec = Launch(_tf_max_pool.max_pool, args, 1)
             self.memo[("launch", nthreads)] = (rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, yk)
-                                               and rec)
+                                               and (not groups or rec.scratch(scratch_pool, scratch)) and rec)
         return y
 
 
@@ -411,10 +452,10 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
     plan = pool.memo.get(("grad", nthreads))
     if plan is None:
         plan = pool.memo[("grad", nthreads)] = _plan_grad(pool, x4, channel, target, nthreads)
-    part, band_oa, band_ob, stream, ring_rows, threads, vec, scratch_pool = plan
+    part, band_oa, band_ob, stream, ring_rows, threads, vec, scratch_pool, groups = plan
     scratch, columns = scratch_pool.take()
     args = (pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo, pool.hhi, pool.wlo, pool.whi,
-            part, band_oa, band_ob, channel, stream, scratch, ring_rows, columns, *vec, threads)
+            part, band_oa, band_ob, channel, stream, scratch, ring_rows, columns, *vec, threads, groups)
     _tf_max_pool.max_pool_grad(*args)
     scratch_pool.give((scratch, columns))
     if target is not gx4:
@@ -430,14 +471,17 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
     units = N if channel else N * C
     row_elems = W * (C if channel else 1)
     nb = 1
-    if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
+    groups = pool.plane_groups(x4, channel, nthreads)
+    if groups:                  # the planes path: whole planes, one ring per group of planes
+        row_elems *= -(-units // groups)
+    elif nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
         nb = -(-TF_ITEMS_PER_THREAD * nthreads // units)
         nb = max(1, min(nb, int(H // (MIN_BAND_WINDOWS * win_h))))
     # the ring's type: float32 sums float32; float64 sums float64 and the 16-bit types (rounded once on store)
     acc = np.float32 if pool.dt == "f32" else np.float64
     cap_rows = max(1, RING_BUDGET // (np.dtype(acc).itemsize * row_elems))
     rows = min(win_h, -(-H // nb))
-    if rows > cap_rows:                  # huge windows and rows: smaller bands keep the ring within budget
+    if rows > cap_rows and not groups:   # huge windows and rows: smaller bands keep the ring within budget
         rows = 1 << (cap_rows.bit_length() - 1)
         nb = max(nb, -(-H // rows))
     nb = min(nb, H)
@@ -446,11 +490,14 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
     ring_rows = 1 << (rows - 1).bit_length()
     band_oa = np.searchsorted(pool.hhi, part[:-1], side="right").astype(np.int64)
     band_ob = np.searchsorted(pool.hlo, part[1:], side="left").astype(np.int64)
-    nthreads = min(nthreads, units * nb)          # idle threads would only cost ring memory
+    nthreads = min(nthreads, groups or units * nb)          # idle threads would only cost ring memory
     ring_elems = ring_rows * row_elems
+    if groups:                  # ring and tiles (_tf_max_pool.planes_scratch_bytes) in one row per thread
+        nbytes = _tf_max_pool.planes_scratch_bytes(pool.dt, H, W, *pool.out_hw, -(-units // groups), ring_rows)
+        ring_elems = -(-nbytes // np.dtype(acc).itemsize)
     scratch = ScratchPool(lambda: (thread_rows(nthreads, ring_elems, acc), thread_rows(nthreads, win_h, np.int32)))
-    return (part, band_oa, band_ob, _stream_rows(target, row_elems), ring_rows, nthreads,
-            pool.plane_vector_run(ring_rows * W), scratch)
+    return (part, band_oa, band_ob, not groups and _stream_rows(target, row_elems), ring_rows, nthreads,
+            pool.plane_vector_run(ring_rows * W), scratch, groups)
 
 
 def _stream_rows(target: np.ndarray, row_elems: int) -> bool:

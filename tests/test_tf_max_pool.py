@@ -156,7 +156,9 @@ def test_wide_rows_every_isa(dtype):
 
 def test_planning_limits(monkeypatch):
     """Forced streaming stores, a tiny ring budget (more, smaller bands), the plane path for channels-last
-    memory (the giant-row fallback), many thin bands and the scalar-only plane path all give the same bits."""
+    memory (the giant-row fallback), many thin bands, the scalar-only plane path and the plane path instead of
+    the planes path (groups of planes as channels-last tiles, which the NCHW case takes by default) all give
+    the same bits."""
     rng = np.random.default_rng(3)
     cfg = ((2, 19, 33, 14), (5, 3), (2, 2), "SAME")
     x4, g4, _, gx_ref = _ref_case(rng, cfg, np.float32, "ties")
@@ -164,7 +166,8 @@ def test_planning_limits(monkeypatch):
         want = _grad(x4, g4, cfg, data_format, num_threads=3)
         _assert_close_to_ref(want, gx_ref, np.float32)
         for name, value in (("_stream_rows", lambda target, row_elems: True), ("RING_BUDGET", 1), ("RING_INT32", 1),
-                            ("TF_ITEMS_PER_THREAD", 50), ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False)):
+                            ("TF_ITEMS_PER_THREAD", 50), ("MIN_BAND_WINDOWS", 0.01), ("VECTOR_PLANE", False),
+                            ("PLANES", False), ("TF_PLANES_TILE_BYTES", 1)):
             with monkeypatch.context() as m:
                 m.setattr(tf_max_pool, name, value)
                 got = _grad(x4, g4, cfg, data_format, num_threads=3)
@@ -583,3 +586,35 @@ def test_fused_channel_blocks_sum_16bit_in_float64(monkeypatch, cfg, dtype):
     assert _grad(x4, g4, cfg, "NHWC", num_threads=2).tobytes() == fused[0] and seen
     wide32 = slow.max_pool_grad(x4, g4, cfg[1], cfg[2], cfg[3], acc_dtype=np.float32).astype(dtype)
     assert wide32.tobytes() != fused[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, pgtest.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+def test_planes_path_same_bits_as_plane_path(dtype, monkeypatch):
+    """The planes path (groups of small NCHW planes as channels-last tiles) against the plane path it replaces:
+    the same bits forward and backward, for groups that span images (N * C not a multiple of the group), a
+    partial last group, sliced (non-dense) planes, overlapping and clipped windows, ties and NaN, 1 and 2
+    threads, every instruction-set level; and the reference where the test can afford it."""
+    rng = np.random.default_rng(21)
+    cases = [((3, 5, 8, 8), (2, 2), (2, 2), "VALID"), ((2, 37, 13, 13), (3, 3), (2, 2), "SAME"),
+             ((1, 70, 7, 9), (3, 2), (1, 2), "SAME"), ((4, 9, 5, 6), (5, 3), (2, 1), "VALID")]
+    for cfg in cases:
+        for kind in ("ties", "nan"):
+            x4, g4, y_ref, gx_ref = _ref_case(rng, cfg, dtype, kind)
+            wide = np.zeros(x4.shape[:3] + (x4.shape[3] + 3,), dtype)
+            wide[..., 1:-2] = x4
+            sliced = wide[..., 1:-2]                                   # planes with a row stride of W + 3
+            for level in config.supported_isa_levels():
+                with config.set_isa_level(level):
+                    for threads in (1, 2):
+                        got = {}
+                        for planes in (True, False):
+                            with monkeypatch.context() as m:
+                                m.setattr(tf_max_pool, "PLANES", planes)
+                                got[planes] = [_grad(xx, g4, cfg, "NCHW", num_threads=threads).tobytes()
+                                               for xx in (x4, sliced)]
+                                got[planes] += [max_pool(xx, _p4(cfg[1], "NCHW"), _p4(cfg[2], "NCHW"), cfg[3],
+                                                         "NCHW", num_threads=threads).tobytes()
+                                                for xx in (x4, sliced)]
+                        assert got[True] == got[False], (cfg, kind, level, threads)
+            _assert_close_to_ref(_grad(x4, g4, cfg, "NCHW", num_threads=2), gx_ref, dtype)
