@@ -580,15 +580,18 @@ cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int 
             return _fail(status, buf)
     # The kernel call, without the GIL, where the plan has one, every pointer is aligned to its item (the
     # captured call was made from aligned arrays) and the output's bytes meet no input's.  Anything else - an
-    # overlap (an error, or max_pooling_grad in place), a misaligned pointer - takes the checked path below.
+    # overlap (an error, or max_pooling_grad in place), a misaligned pointer - takes the checked path below,
+    # and so does a call whose kernel reports (flags, hit counts) that the data needs it: an index outside its
+    # window (legal: the exact pass) or outside the plane (the error, with the first bad index named).  That
+    # path redoes the whole call, so what the kernel wrote here is overwritten.
     if cp.kcall != NULL and not _out_meets_an_input(cp, tensors):
         for i in range(ntensors):
             data[i] = <char *>tensors[i].data
             if (<size_t>data[i]) % _ITEM[tensors[i].dtype] != 0:
                 return _run_python_plan(cp, tensors)
-        run_kernel_call(<const KernelCall *>cp.kcall, data)
-        pg_capi_set_msg(b"")
-        return POOLGRAD_OK
+        if run_kernel_call(<const KernelCall *>cp.kcall, data) == 0:
+            pg_capi_set_msg(b"")
+            return POOLGRAD_OK
     return _run_python_plan(cp, tensors)
 
 

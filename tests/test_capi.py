@@ -473,3 +473,113 @@ def test_the_worked_example_of_the_docs(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     res = _run(tmp_path, snippet + "\nprint('ok')\n")
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
+# Max pooling backward configurations, one per fast pass its plan can capture below the dispatcher:
+# (NCHW shape, layout (1: NHWC), deterministic, kernel, stride, padding, threads, the pass).
+MAX_BACKWARD_PASSES = [
+    ((4, 16, 9, 7), 0, 1, 3, 2, 1, 2, "planes"),        # many small NCHW planes: scatter_backward_planes
+    ((1, 2, 40, 300), 0, 1, 3, 2, 1, 2, "bands"),       # deterministic bands: scatter_backward
+    ((1, 2, 24, 5000), 0, 0, 3, 1, 1, 7, "atomic"),     # nondeterministic thin bands: the atomic scatter
+    ((2, 64, 12, 12), 1, 1, 2, 2, 0, 2, "gather"),      # channels-last, little window overlap: gather_backward_cl
+]
+
+
+def _scatter_plans() -> set:
+    import gc
+    return {id(o): o for o in gc.get_objects() if type(o).__name__ == "ScatterBackwardPlan"}
+
+
+def _pass_of(plan) -> str:
+    scatter = plan.scatter
+    if scatter.gather:
+        return "gather"
+    if scatter.last_pass.__name__ == "scatter_backward_planes":
+        return "planes"
+    return "atomic" if scatter.use_atomic else "bands"
+
+
+@pytest.mark.parametrize("case,dtype", [(c, d) for c in MAX_BACKWARD_PASSES for d in (np.float32, bfloat16)
+                                        # the atomic scatter is float32 / float64 only (16-bit takes bands)
+                                        if not (c[-1] == "atomic" and d is bfloat16)],
+                         ids=lambda v: v[-1] if isinstance(v, tuple) else np.dtype(v).name)
+def test_max_pool_backward_executes_without_the_gil(case, dtype):
+    """Each fast pass of max_pool2d_with_indices_backward runs in execute without the GIL (its per-call
+    scratch, flags and hit counters allocated per execute), from several threads at once, with the Python API's
+    bits; data that needs the checked path - an index outside its window (legal), an index outside the plane
+    (the error) - takes the GIL path, which redoes the call: the same result, the same message."""
+    import threading
+    shape, layout, det, k, s, p, nt, fast = case
+    lay = ("NCHW", "NHWC")[layout]
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(shape).astype(dtype)
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    _, ind = pg.max_pool2d_with_indices(x, k, s, p, layout=lay)
+    gos = [rng.standard_normal(ind.shape).astype(dtype) for _ in range(4)]
+    kw = dict(layout=lay, deterministic=bool(det), num_threads=nt)
+    wants = [pg.max_pool2d_with_indices_backward(g, x, ind, k, s, p, **kw) for g in gos]
+    outs = [np.full_like(x, np.nan) for _ in gos]
+    old = _scatter_plans()
+    status, plan = create(2, [gos[0], x, ind, outs[0]],
+                          params(kernel=(k, k), stride=(s, s), padding=(p, p), layout=layout, deterministic=det,
+                                 num_threads=nt))
+    assert status == OK, error()
+    made = [o for i, o in _scatter_plans().items() if i not in old]
+    assert [_pass_of(o) for o in made] == [fast]
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [gos[j], x, ind, outs[j]]))
+
+    def same(a: np.ndarray, b: np.ndarray) -> bool:
+        # the atomic scatter adds in whatever order the threads meet (nondeterministic mode)
+        return _same(a, b) if det else a.shape == b.shape and np.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(same(o, w) for o, w in zip(outs, wants))
+        # an index far outside its window (legal): the kernel reports it, the checked path redoes the call
+        H, W = shape[2], shape[3]
+        far = ind.copy()
+        far.flat[0] = H * W - 1
+        got = np.full_like(x, np.nan)
+        assert execute(plan, [gos[1], x, far, got]) == OK, error()
+        assert same(got, pg.max_pool2d_with_indices_backward(gos[1], x, far, k, s, p, **kw))
+        assert _capi.gil_executes() == before + 1
+        # an index outside the plane: the Python API's error, word for word
+        bad = ind.copy()
+        bad.flat[bad.size // 2] = H * W
+        with pytest.raises(pg.ParamInvalidError) as exc:
+            pg.max_pool2d_with_indices_backward(gos[1], x, bad, k, s, p, **kw)
+        assert execute(plan, [gos[1], x, bad, got]) == INVALID
+        assert str(exc.value) in error()
+        assert _capi.gil_executes() == before + 2
+    finally:
+        API.plan_destroy(plan)
+
+
+def test_adaptive_max_pool_backward_executes_without_the_gil():
+    """adaptive_max_pool2d_backward shares the scatter plans: clean data runs without the GIL."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((2, 5, 11, 13)).astype(np.float32)
+    _, ind = pg.adaptive_max_pool2d(x, (4, 5), index_dtype=np.int32)
+    go = rng.standard_normal(ind.shape).astype(np.float32)
+    gx = np.full_like(x, np.nan)
+    status, plan = create(4, [go, x, ind, gx], params())
+    assert status == OK, error()
+    try:
+        before = _capi.gil_executes()
+        for _ in range(3):
+            assert execute(plan, [go, x, ind, gx]) == OK, error()
+        assert _capi.gil_executes() == before
+        assert _same(gx, pg.adaptive_max_pool2d_backward(go, x, ind))
+    finally:
+        API.plan_destroy(plan)
