@@ -583,3 +583,78 @@ def test_adaptive_max_pool_backward_executes_without_the_gil():
         assert _same(gx, pg.adaptive_max_pool2d_backward(go, x, ind))
     finally:
         API.plan_destroy(plan)
+
+
+# Max pooling forward configurations, one per kernel its plan can capture: (NCHW shape, layout (1: NHWC),
+# kernel, stride, padding, adaptive output size or None).
+MAX_FORWARD_PASSES = [
+    ((2, 3, 9, 7), 0, 3, 2, 1, None),          # PyTorch-style windows, a vectorised row at a time (uniform)
+    ((2, 64, 12, 12), 1, 3, 2, 1, None),       # channels-last lanes over C (through the uniform dispatcher)
+    ((4, 16, 9, 7), 0, 3, 2, 1, None),         # groups of small planes as channels-last tiles (planes)
+    ((2, 5, 11, 13), 0, 0, 0, 0, (4, 5)),      # adaptive windows, NCHW
+    ((2, 64, 11, 13), 1, 0, 0, 0, (4, 5)),     # adaptive windows, channels-last (argmax_forward)
+    ((2, 3, 11, 13), 1, 0, 0, 0, (4, 5)),      # adaptive windows, few channels: the per-window scan
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("case", MAX_FORWARD_PASSES)
+def test_max_pool_forward_executes_without_the_gil(case, dtype):
+    """max_pool2d_with_indices / adaptive_max_pool2d plans whose outputs are laid out as the plan allocates its
+    own write them straight from the captured kernel call, without the GIL, from several threads at once, with
+    the Python API's bits; outputs laid out otherwise (or overlapping) take the GIL path, which copies."""
+    import threading
+    shape, layout, k, s, p, size = case
+    lay = ("NCHW", "NHWC")[layout]
+    rng = np.random.default_rng(23)
+    xs = [rng.standard_normal(shape).astype(dtype) for _ in range(4)]
+    if layout:
+        xs = [np.ascontiguousarray(x.transpose(0, 2, 3, 1)) for x in xs]
+    if size is None:
+        wants = [pg.max_pool2d_with_indices(x, k, s, p, layout=lay) for x in xs]
+        op, pr = 1, params(kernel=(k, k), stride=(s, s), padding=(p, p), layout=layout)
+    else:
+        wants = [pg.adaptive_max_pool2d(x, size, layout=lay) for x in xs]
+        op, pr = 3, params(layout=layout)
+    outs = [(np.full_like(w[0], np.nan), np.full_like(w[1], -1)) for w in wants]
+    status, plan = create(op, [xs[0], *outs[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [xs[j], *outs[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(_same(o[0], w[0]) and _same(o[1], w[1]) for o, w in zip(outs, wants))
+        # the same signature in a memory the plan does not allocate in: y inside a bigger buffer is fine (the
+        # strides are what count), indices overlapping y take the GIL path
+        y, ind = wants[1]
+        buf = np.full(y.size + ind.size * (ind.itemsize // y.itemsize) + 8, np.nan, y.dtype)
+        cy = np.ndarray(y.shape, y.dtype, buf, 0, y.strides)
+        ci = np.full_like(ind, -1)
+        assert execute(plan, [xs[1], cy, ci]) == OK and _same(cy, y) and _same(ci, ind)
+        assert _capi.gil_executes() == before
+        alias = np.ndarray(ind.shape, ind.dtype, buf, 0)        # shares y's bytes
+        assert execute(plan, [xs[1], cy, alias]) == OK
+        assert _capi.gil_executes() == before + 1
+    finally:
+        API.plan_destroy(plan)
+    # a plan for outputs in another memory order than the plan's own: its executes copy, with the GIL
+    fy, fi = np.asfortranarray(np.full_like(wants[2][0], np.nan)), np.asfortranarray(np.full_like(wants[2][1], -1))
+    status, plan = create(op, [xs[2], fy, fi], pr)
+    assert status == OK, error()
+    try:
+        before = _capi.gil_executes()
+        assert execute(plan, [xs[2], fy, fi]) == OK
+        assert _capi.gil_executes() == before + 1
+        assert _same(np.ascontiguousarray(fy), wants[2][0]) and _same(np.ascontiguousarray(fi), wants[2][1])
+    finally:
+        API.plan_destroy(plan)
