@@ -413,20 +413,26 @@ def test_max_pooling_grad_executes_without_the_gil():
 
 
 def test_other_operators_execute_through_the_gil_path():
-    """The operators whose kernel modules cannot yet record a call below their dispatcher take the GIL in
-    execute (docs/C_API.md says which)."""
-    x = np.random.default_rng(9).standard_normal((1, 2, 6, 6)).astype(np.float32)
-    go = np.ones((1, 2, 3, 3), np.float32)
-    out = np.empty_like(x)
-    status, plan = create(6, [go, x, out], params(kernel=(2, 2)))
-    assert status == OK, error()
-    try:
-        before = _capi.gil_executes()
-        assert execute(plan, [go, x, out]) == OK
-        assert _capi.gil_executes() == before + 1
-        assert _same(out, pg.avg_pool2d_backward(go, x, 2))
-    finally:
-        API.plan_destroy(plan)
+    """The operators whose kernel modules cannot yet record a call below their dispatcher (TensorFlow's
+    max_pool and max_pool_grad) take the GIL in execute (docs/C_API.md says which)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    ks, st = [1, 1, 2, 2], [1, 1, 2, 2]
+    p = params(kernel=(2, 2), stride=(2, 2), layout=0)
+    y = pg.max_pool(x, ks, st, "VALID", "NCHW")
+    cy = np.empty_like(y)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    gx = np.empty_like(x)
+    for op, arrays, want in ((7, [x, cy], y), (8, [x, y, g, gx], pg.max_pool_grad(x, y, g, ks, st, "VALID", "NCHW"))):
+        status, plan = create(op, arrays, p)
+        assert status == OK, error()
+        try:
+            before = _capi.gil_executes()
+            assert execute(plan, arrays) == OK, error()
+            assert _capi.gil_executes() == before + 1
+            assert _same(arrays[-1], want)
+        finally:
+            API.plan_destroy(plan)
 
 
 def test_one_c_plan_from_several_threads_without_the_gil():
@@ -658,3 +664,64 @@ def test_max_pool_forward_executes_without_the_gil(case, dtype):
         assert _same(np.ascontiguousarray(fy), wants[2][0]) and _same(np.ascontiguousarray(fi), wants[2][1])
     finally:
         API.plan_destroy(plan)
+
+
+# Average pooling configurations: (NCHW shape, layout (1: NHWC), kernel, stride, padding, ceil_mode,
+# count_include_pad, divisor_override): both layouts, padding with ceil_mode, uneven windows with an override.
+AVG_CASES = [
+    ((2, 3, 9, 7), 0, (3, 3), 2, 1, 1, 0, 0),
+    ((1, 2, 40, 300), 0, (2, 2), 2, 0, 0, 1, 0),
+    ((2, 40, 12, 12), 1, (2, 3), 1, 0, 0, 1, 5),
+    ((2, 40, 12, 12), 1, (3, 3), 2, 1, 1, 0, 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("case", AVG_CASES)
+def test_avg_pool_executes_without_the_gil(case, dtype):
+    """avg_pool2d_backward and avg_pool2d (outputs laid out as the plan allocates) run their captured kernel
+    calls without the GIL, each execute with scratch of its own, from several threads at once, with the Python
+    API's bits; an out that meets an input still takes the checked path and its message."""
+    import threading
+    shape, layout, k, s, p, ceil, inc, div = case
+    lay = ("NCHW", "NHWC")[layout]
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal(shape).astype(dtype)
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    kw = dict(layout=lay, divisor_override=div or None)
+    pr = params(kernel=k, stride=(s, s), padding=(p, p), ceil_mode=ceil, count_include_pad=inc,
+                divisor_override=div, layout=layout)
+    y = pg.avg_pool2d(x, k, s, p, bool(ceil), bool(inc), **kw)
+    gos = [rng.standard_normal(y.shape).astype(dtype) for _ in range(4)]
+    wants = [pg.avg_pool2d_backward(g, x, k, s, p, bool(ceil), bool(inc), **kw) for g in gos]
+    xs = [rng.standard_normal(x.shape).astype(dtype) for _ in range(4)]
+    fwants = [pg.avg_pool2d(v, k, s, p, bool(ceil), bool(inc), **kw) for v in xs]
+    outs = [np.full_like(x, np.nan) for _ in gos]
+    fouts = [np.full_like(y, np.nan) for _ in xs]
+    status, bplan = create(6, [gos[0], x, outs[0]], pr)
+    assert status == OK, error()
+    status, fplan = create(5, [xs[0], fouts[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(bplan, [gos[j], x, outs[j]]))
+            statuses.append(execute(fplan, [xs[j], fouts[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 80 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
+        assert all(_same(o, w) for o, w in zip(fouts, fwants))
+        assert execute(bplan, [gos[0], x, x]) == INVALID and "out: must not share memory with x" in error()
+        assert _capi.gil_executes() == before + 1
+    finally:
+        API.plan_destroy(bplan)
+        API.plan_destroy(fplan)
