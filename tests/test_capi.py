@@ -491,7 +491,10 @@ MAX_BACKWARD_PASSES = [
 ]
 
 
-def _scatter_plans() -> set:
+_TEMP_SCRATCH, _TEMP_FLAGS, _TEMP_HITS = 0, 1, 2      # poolgrad/_launch.pxd
+
+
+def _scatter_plans() -> dict:
     import gc
     return {id(o): o for o in gc.get_objects() if type(o).__name__ == "ScatterBackwardPlan"}
 
@@ -533,6 +536,8 @@ def test_max_pool_backward_executes_without_the_gil(case, dtype):
     assert status == OK, error()
     made = [o for i, o in _scatter_plans().items() if i not in old]
     assert [_pass_of(o) for o in made] == [fast]
+    # the per-call buffers each replay allocates: hit counters (gather), else scratch and flags
+    assert made[0].launch.kernel.temps == ((_TEMP_HITS,) if fast == "gather" else (_TEMP_SCRATCH, _TEMP_FLAGS))
     statuses: list[int] = []
 
     def work(j: int) -> None:
