@@ -1,6 +1,6 @@
 """Per-call time through the C API, against a Python plan and the plain function, on tiny tensors (issue 10,
-part 2): max_pool2d_with_indices_backward (whose execute takes the GIL around its Python part) and
-max_pooling_grad (whose execute runs its captured kernel call without the GIL).
+part 2): max_pool2d_with_indices_backward and max_pooling_grad, whose executes both run their captured kernel
+calls without the GIL (the scatter's scratch and flags allocated per call for the first).
 
     PYTHONPATH=$PWD python bench/capi_overhead.py          # builds examples/c_ext in a temporary folder
 
@@ -47,7 +47,7 @@ def _contenders(shape: tuple[int, ...]) -> dict[str, dict]:
     ym = np.where(rng.random(shape) < 0.5, xm, 0).astype(np.float32)
     mplan = pg.plan_max_pooling_grad(dy, xm, ym, out=out[0], num_threads=1)
     return {
-        "max_pool2d_with_indices_backward": dict(
+        "max_pool2d_with_indices_backward (no GIL)": dict(
             c_args=(go, x, ind, out, 2, 2, 1), code=2, plan=lambda: plan(go, x, ind, out=out[0]),
             function=lambda: pg.max_pool2d_with_indices_backward(go, x, ind, 2, 2, out=out[0], deterministic=True,
                                                                  num_threads=1)),

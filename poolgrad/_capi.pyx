@@ -464,7 +464,8 @@ cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
             # The forward plans allocate their results (copied into the caller's outputs on execute): one run
             # on zero-filled examples now gives their shapes and dtypes, which the outputs must have.
             names = _TENSOR_NAMES[cp.op]
-            res = plan(*[_spec_of(&tensors[i]).example() for i in range(cp.nin)])
+            examples = [_spec_of(&tensors[i]).example() for i in range(cp.nin)]
+            res = plan(*examples)
             res = res if type(res) is tuple else (res,)
             for i in range(cp.nout):
                 want = _spec_of(&tensors[cp.nin + i])
@@ -473,6 +474,7 @@ cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
                     raise ParamInvalidError(f"{names[cp.nin + i]}: expected shape {got.shape} and dtype "
                                             f"{got.dtype} for these inputs and parameters, got shape "
                                             f"{tuple(want.shape)} and dtype {want.dtype}")
+            _capture_forward_kernel(cp, plan, tensors, examples)
         else:
             _capture_kernel(cp, plan, tensors)
         Py_INCREF(plan)
@@ -510,19 +512,51 @@ cdef int _capture_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *ten
     return 0
 
 
+cdef int _capture_forward_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *tensors,
+                                 list examples) except -1:
+    """Give a forward plan its kernel call where its kernel module can record one and the caller's outputs are
+    laid out exactly as the plan allocates its own (dtype, shape and byte strides): execute then has the kernel
+    write straight into them without the GIL.  Other layouts keep the path that copies (with the GIL).  The
+    plan has run once on ``examples`` (making its launch record); a second run captures the call."""
+    cdef int k, d
+    cdef Launch launch
+    cdef const poolgrad_tensor *t
+    rec = getattr(plan._run.plan, "launch", None)
+    if not isinstance(rec, Launch):
+        return 0
+    launch = <Launch>rec
+    if launch.kernel is None and not launch.tried_kernel:
+        plan(*examples)
+    if launch.kernel is None or launch.nout != cp.nout or launch._out_ok:
+        return 0
+    for k in range(cp.nout):
+        t = &tensors[cp.nin + k]
+        if launch.out_nd[k] != t.ndim or launch.out_descr[k] != _dtype_of(t.dtype):
+            return 0
+        for d in range(t.ndim):
+            if launch.out_dims[k][d] != t.shape[d] or launch.out_steps[k][d] != t.strides[d] * _ITEM[t.dtype]:
+                return 0
+    rec = launch.kernel
+    Py_INCREF(rec)
+    cp.record = <PyObject *>rec
+    cp.kcall = &(<KernelRecord>rec).call
+    return 0
+
+
 cdef bint _out_meets_an_input(const pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept nogil:
-    """Whether the output's bytes and some input's bytes overlap (as ranges: the exact test is NumPy's, on the
-    path that holds the GIL)."""
-    cdef int i
+    """Whether some output's bytes overlap an input's or another output's (as ranges: the exact test is
+    NumPy's, on the path that holds the GIL)."""
+    cdef int i, k
     cdef char *lo
     cdef char *hi
     cdef char *lo2
     cdef char *hi2
-    if not _span(&tensors[cp.nin], &lo, &hi):
-        return False
-    for i in range(cp.nin):
-        if _span(&tensors[i], &lo2, &hi2) and lo < hi2 and lo2 < hi:
-            return True
+    for k in range(cp.nin, cp.nin + cp.nout):
+        if not _span(&tensors[k], &lo, &hi):
+            continue
+        for i in range(k):
+            if _span(&tensors[i], &lo2, &hi2) and lo < hi2 and lo2 < hi:
+                return True
     return False
 
 
@@ -580,15 +614,18 @@ cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int 
             return _fail(status, buf)
     # The kernel call, without the GIL, where the plan has one, every pointer is aligned to its item (the
     # captured call was made from aligned arrays) and the output's bytes meet no input's.  Anything else - an
-    # overlap (an error, or max_pooling_grad in place), a misaligned pointer - takes the checked path below.
+    # overlap (an error, or max_pooling_grad in place), a misaligned pointer - takes the checked path below,
+    # and so does a call whose kernel reports (flags, hit counts) that the data needs it: an index outside its
+    # window (legal: the exact pass) or outside the plane (the error, with the first bad index named).  That
+    # path redoes the whole call, so what the kernel wrote here is overwritten.
     if cp.kcall != NULL and not _out_meets_an_input(cp, tensors):
         for i in range(ntensors):
             data[i] = <char *>tensors[i].data
             if (<size_t>data[i]) % _ITEM[tensors[i].dtype] != 0:
                 return _run_python_plan(cp, tensors)
-        run_kernel_call(<const KernelCall *>cp.kcall, data)
-        pg_capi_set_msg(b"")
-        return POOLGRAD_OK
+        if run_kernel_call(<const KernelCall *>cp.kcall, data) == 0:
+            pg_capi_set_msg(b"")
+            return POOLGRAD_OK
     return _run_python_plan(cp, tensors)
 
 

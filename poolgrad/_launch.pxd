@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Declarations of poolgrad/_launch.pyx, for the compiled modules that run plans (``_capi``)."""
 cimport numpy as cnp
+from libc.stdint cimport int64_t
 
 cdef enum:
     MAXSLOT = 12    # array arguments of one dispatcher call
@@ -10,6 +11,14 @@ cdef enum:
     MAXPATCH = 16   # pointer fields of a kernel struct that address the call's arrays
     MAXCTX = 4096   # bytes of a kernel struct a KernelRecord replays from the stack
     MAXCTX_WORDS = 512
+    MAXTEMP = 4     # per-call buffers of a kernel struct (scratch, flags, hit counters)
+
+# What a per-call buffer of a KernelCall is: scratch (uninitialised, 64-byte aligned); int8 flags (zeroed; any
+# set: the data needs the checked path); int64 hit counters (zeroed; a sum other than ``temp_expect``: the same).
+cdef enum:
+    TEMP_SCRATCH = 0
+    TEMP_FLAGS = 1
+    TEMP_HITS = 2
 
 
 # A kernel module's runner of one kernel: the parallel loop over ``nitems`` work items of the struct ``ctx``
@@ -29,20 +38,32 @@ cdef struct KernelCall:
     Py_ssize_t patch_off[MAXPATCH]
     int patch_src[MAXPATCH]
     Py_ssize_t patch_delta[MAXPATCH]
+    # pointer fields of ctx that address a per-call buffer, which every run allocates for itself
+    int ntemp
+    Py_ssize_t temp_off[MAXTEMP]
+    size_t temp_bytes[MAXTEMP]
+    int temp_kind[MAXTEMP]
+    int64_t temp_expect[MAXTEMP]
 
 
-cdef void run_kernel_call(const KernelCall *c, char **data) noexcept nogil
+# 0: ran; 1: ran, but its flags / hit counters say the data needs the checked path (whose rerun overwrites every
+# output the run wrote); -1: a per-call buffer could not be allocated (nothing ran).
+cdef int run_kernel_call(const KernelCall *c, char **data) noexcept nogil
 
 
 cdef class KernelRecord:
     cdef KernelCall call
     cdef bint filled
+    cdef list keep      # objects the struct addresses that the dispatcher made for the call (tables)
 
     cdef bint bind(self, list sources) except -1
 
 
 cdef int record_kernel(object record, KernelRun fn, const void *ctx, size_t size, Py_ssize_t nitems,
                        int nthreads, int code) except -1
+cdef int record_temp(object record, const void *ctx, const void *field, size_t nbytes, int kind,
+                     int64_t expect) except -1
+cdef int record_keep(object record, object obj) except -1
 
 
 cdef class Launch:
@@ -83,6 +104,7 @@ cdef class Launch:
     cdef object run(self, tuple arrays)
     cdef bint _capture(self, list srcs, tuple args) except -1
     cdef object _run_kernel(self, list srcs, object out)
+    cdef object _result(self, list srcs, object out)
     cdef int _position_of(self, object obj)
     cdef tuple _new_set(self)
 

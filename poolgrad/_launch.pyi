@@ -7,7 +7,9 @@ POST_NONE: int
 POST_FLAGS: int
 POST_FALSE: int
 
-class KernelRecord: ...
+class KernelRecord:
+    @property
+    def temps(self) -> tuple[int, ...]: ...
 
 class Launch:
     post: int

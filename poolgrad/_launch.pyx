@@ -27,7 +27,7 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdint cimport uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 cnp.import_array()
@@ -58,6 +58,12 @@ cdef extern from *:
     object pg_launch_view(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides, char *data,
                           int flags, object base)
     object pg_launch_alloc(object descr, int nd, cnp.npy_intp *dims, cnp.npy_intp *strides)
+
+cdef extern from * nogil:
+    """
+    #include <stdlib.h>
+    """
+    int posix_memalign(void **memptr, size_t alignment, size_t size)
 
 #: Post-run checks: none; the flag array (int8) must be all zero; the dispatcher's result must be False.
 POST_NONE = 0
@@ -96,12 +102,24 @@ cdef class KernelRecord:
     pointers into the call's arrays; :func:`run_kernel_call` copies the struct, points those fields at another
     call's arrays and runs - plain C, no interpreter, so the C API's execute calls it without the GIL.
     Everything else the struct addresses (tables) belongs to the plan, which keeps it alive and never writes
-    it."""
+    it.
+
+    Per-call buffers (scratch, flags, hit counters: see :func:`record_temp`) are not shared between runs: each
+    run of :func:`run_kernel_call` allocates its own and frees them, so concurrent runs of one record (C API
+    executes from several threads) never meet.  Tables the dispatcher made for the call are kept alive in
+    ``keep``."""
 
     def __cinit__(self):
         self.call.ctx = NULL
         self.call.npatch = 0
+        self.call.ntemp = 0
         self.filled = False
+        self.keep = []
+
+    @property
+    def temps(self):
+        """Kinds of the per-call buffers (TEMP_SCRATCH 0, TEMP_FLAGS 1, TEMP_HITS 2), for tests."""
+        return tuple(self.call.temp_kind[k] for k in range(self.call.ntemp))
 
     def __dealloc__(self):
         free(self.call.ctx)
@@ -121,8 +139,14 @@ cdef class KernelRecord:
         for k in range(n):
             has[k] = _extent(<cnp.ndarray>sources[k], &lo[k], &hi[k])
         cdef KernelCall *c = &self.call
+        cdef bint temp
         c.npatch = 0
         for off in range(0, <Py_ssize_t>c.size - <Py_ssize_t>sizeof(char *) + 1, sizeof(char *)):
+            temp = False
+            for k in range(c.ntemp):
+                temp = temp or c.temp_off[k] == off
+            if temp:            # a per-call buffer: each run allocates its own
+                continue
             w = (<char **>(c.ctx + off))[0]
             match = -1
             for k in range(n):
@@ -140,15 +164,51 @@ cdef class KernelRecord:
         return True
 
 
-cdef void run_kernel_call(const KernelCall *c, char **data) noexcept nogil:
+cdef int run_kernel_call(const KernelCall *c, char **data) noexcept nogil:
     """Run a captured call on the arrays whose data pointers are ``data`` (in source order): a copy of the
-    struct with its source pointers moved there."""
+    struct with its source pointers moved there and its per-call buffers freshly allocated (scratch as is,
+    flags and hit counters zeroed, as the dispatcher's callers pass them).  Returns 0, or 1 when the buffers
+    say that the data needs the checked path (the caller then reruns it through the plan, which redoes every
+    output), or -1 when a buffer could not be allocated (nothing ran)."""
     cdef uint64_t buf[MAXCTX_WORDS]       # MAXCTX bytes, aligned for any field
-    cdef int k
+    cdef void *temp[MAXTEMP]
+    cdef int k, status = 0
+    cdef size_t i, n
+    cdef int64_t total
     memcpy(buf, c.ctx, c.size)
     for k in range(c.npatch):
         (<char **>((<char *>buf) + c.patch_off[k]))[0] = data[c.patch_src[k]] + c.patch_delta[k]
+    for k in range(c.ntemp):
+        temp[k] = NULL
+        if c.temp_kind[k] == TEMP_SCRATCH:
+            # the pools' scratch rows start on cache lines (memory.thread_rows); keep that
+            if posix_memalign(&temp[k], 64, c.temp_bytes[k] if c.temp_bytes[k] else 64) != 0:
+                temp[k] = NULL
+        else:
+            temp[k] = calloc(c.temp_bytes[k] if c.temp_bytes[k] else 1, 1)
+        if temp[k] == NULL:
+            while k > 0:
+                k -= 1
+                free(temp[k])
+            return -1
+        (<void **>((<char *>buf) + c.temp_off[k]))[0] = temp[k]
     c.fn(buf, c.nitems, c.nthreads, c.code)
+    for k in range(c.ntemp):
+        if c.temp_kind[k] == TEMP_FLAGS:
+            n = c.temp_bytes[k]
+            for i in range(n):
+                if (<const char *>temp[k])[i]:
+                    status = 1
+                    break
+        elif c.temp_kind[k] == TEMP_HITS:
+            n = c.temp_bytes[k] // sizeof(int64_t)
+            total = 0
+            for i in range(n):
+                total += (<const int64_t *>temp[k])[i]
+            if total != c.temp_expect[k]:
+                status = 1
+        free(temp[k])
+    return status
 
 
 cdef int record_kernel(object record, KernelRun fn, const void *ctx, size_t size, Py_ssize_t nitems,
@@ -169,6 +229,37 @@ cdef int record_kernel(object record, KernelRun fn, const void *ctx, size_t size
     rec.call.nthreads = nthreads
     rec.call.code = code
     rec.filled = True
+    return 1
+
+
+cdef int record_temp(object record, const void *ctx, const void *field, size_t nbytes, int kind,
+                     int64_t expect) except -1:
+    """After :func:`record_kernel` returned 1: the pointer field at ``field`` (inside the struct ``ctx``)
+    addresses a per-call buffer of ``nbytes`` bytes of kind ``kind`` (TEMP_SCRATCH, TEMP_FLAGS, TEMP_HITS with
+    the sum ``expect`` of a clean run), which every replay allocates for itself.  A field outside the struct or
+    too many buffers empty the record (the dispatcher path keeps running)."""
+    cdef KernelRecord rec = <KernelRecord?>record
+    cdef KernelCall *c = &rec.call
+    cdef Py_ssize_t off = <const char *>field - <const char *>ctx
+    if not rec.filled:
+        return 0
+    if c.ntemp == MAXTEMP or off < 0 or off + <Py_ssize_t>sizeof(void *) > <Py_ssize_t>c.size:
+        free(c.ctx)
+        c.ctx = NULL
+        c.ntemp = 0
+        rec.filled = False
+        return 0
+    c.temp_off[c.ntemp] = off
+    c.temp_bytes[c.ntemp] = nbytes
+    c.temp_kind[c.ntemp] = kind
+    c.temp_expect[c.ntemp] = expect
+    c.ntemp += 1
+    return 0
+
+
+cdef int record_keep(object record, object obj) except -1:
+    """The recorded struct addresses ``obj`` (a table the dispatcher made for the call): keep it alive."""
+    (<KernelRecord?>record).keep.append(obj)
     return 0
 
 
@@ -188,8 +279,10 @@ cdef class Launch:
         The dispatcher accepts ``record=``: a :class:`KernelRecord` it fills (with its kernel's runner and the
         struct it built) instead of running.  The first replay then captures the call below the dispatcher and
         later ones run it straight from compiled code (:meth:`KernelRecord.run`), which the C API can do without
-        the GIL.  Only for dispatchers whose struct addresses nothing per-call but the call's arrays (no scratch,
-        no flags, no temporaries of their own).
+        the GIL.  The struct may address per-call scratch, flags and hit counters only where the dispatcher
+        records them as such (``record_temp``: each replay allocates its own, and one whose flags or hit counts
+        say the data needs the checked path returns None) and tables it made for the call only where it keeps
+        them (``record_keep``).
     """
     def __init__(self, object fn, args, int nsources, bint kernel_records=False):
         if nsources > MAXSRC:
@@ -197,7 +290,10 @@ cdef class Launch:
         self.fn = fn
         self.kernel = None
         # a dispatcher that takes record= (a KernelRecord) fills it instead of running its kernel
-        self.tried_kernel = not kernel_records
+        # ... when it really is such a dispatcher: a wrapper around one (a test's spy) may not take record=
+        code = getattr(fn, "__code__", None)
+        takes = code is not None and "record" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        self.tried_kernel = not (kernel_records and takes)
         self.args = list(args)
         self.nargs = len(self.args)
         self.free = []
@@ -372,16 +468,16 @@ cdef class Launch:
                 v = pg_launch_view(d, self.nd[k], self.dims[k], self.steps[k], _data(srcs[s]),
                                    cnp.PyArray_FLAGS(<cnp.ndarray>srcs[s]) & cnp.NPY_ARRAY_WRITEABLE, srcs[s])
             _put(args, self.pos[k], v)
-        if not self.tried_kernel:
-            self.tried_kernel = True
-            if sset is None and self.post == POST_NONE and self._capture(srcs, args):
-                return self._run_kernel(srcs, out)
         if sset is not None:
             if self.flags_pos >= 0:
                 _put(args, self.flags_pos, sset[0])
             for k in range(self.nscratch):
                 _put(args, self.scratch_pos[k], sset[2 + self.scratch_item[k]])
         try:
+            if not self.tried_kernel:
+                self.tried_kernel = True
+                if self._capture(srcs, args):
+                    return self._run_kernel(srcs, out)
             r = self.fn(*args)
         finally:
             if sset is not None and len(self.free) < KEEP_SETS:
@@ -401,21 +497,37 @@ cdef class Launch:
     cdef bint _capture(self, list srcs, tuple args) except -1:
         """Have the dispatcher record its kernel call on this call's arrays; keep it if every pointer of the
         struct that addresses a source is unambiguous (see KernelRecord.bind)."""
-        rec = KernelRecord()
+        cdef KernelRecord rec = KernelRecord()
+        cdef int k
+        cdef bint checks = False
         self.fn(*args, record=rec)
-        if rec.filled and rec.bind(srcs):
+        if not rec.filled:
+            return False
+        # a record whose runs are checked afterwards (flags, a False result) must carry that check itself
+        for k in range(rec.call.ntemp):
+            checks = checks or rec.call.temp_kind[k] != TEMP_SCRATCH
+        if self.post != POST_NONE and not checks:
+            return False
+        if rec.bind(srcs):
             self.kernel = rec
             return True
         return False
 
     cdef object _run_kernel(self, list srcs, object out):
         cdef char *data[MAXSRC]
-        cdef int k
+        cdef int k, status
         cdef KernelRecord rec = self.kernel
         for k in range(len(srcs)):
             data[k] = _data(srcs[k])
         with nogil:
-            run_kernel_call(&rec.call, data)
+            status = run_kernel_call(&rec.call, data)
+        if status < 0:
+            raise MemoryError()
+        if status > 0:          # the data needs the plan's checked path
+            return None
+        return self._result(srcs, out)
+
+    cdef object _result(self, list srcs, object out):
         if out is not None:
             return out
         if self.nout == 1:

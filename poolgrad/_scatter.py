@@ -150,7 +150,8 @@ class ScatterPlan:
         grad_x 3 (the caller adds the views at GX, GO and IND), or None where run() does more than one kernel
         call (windows without input rows)."""
         if self.gather:
-            rec = Launch(_max_pool_indices.gather_backward_cl, self.gather_args(go4, ind4, gx4), 3)
+            rec = Launch(_max_pool_indices.gather_backward_cl, self.gather_args(go4, ind4, gx4), 3,
+                         kernel_records=True)
             rec.expect_false()
         elif self.empty_window:
             return None
@@ -160,7 +161,7 @@ class ScatterPlan:
             fn, args = self.fast_pass(go4, ind4, gx4, scratch, flags, False)
             if fn is not self.last_pass:      # run() called another kernel: this record would not be its call
                 return None
-            rec = Launch(fn, args, 3)
+            rec = Launch(fn, args, 3, kernel_records=True)
             if not (rec.scratch(self.scratch, scratch) and rec.flags(flags, self.items)):
                 return None
         return rec

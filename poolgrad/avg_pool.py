@@ -332,7 +332,7 @@ class _ForwardPlan:
         scratch_pool.give(scratch)
         if self.launch is None:
             # this very call, recorded for _launch.Runner (sources x 0, y 1)
-            rec = Launch(_avg_pool.forward, call, 1)
+            rec = Launch(_avg_pool.forward, call, 1, kernel_records=True)
             self.launch = (rec.output(y) and rec.scratch(scratch_pool, scratch) and rec.view(1, 0, x, xk)
                            and rec.view(2, 1, y, y4) and rec)
         return y
@@ -484,7 +484,7 @@ class _BackwardPlan:
         """The launch record of this plan's kernel call ``call`` (sources grad_output 0, x 1, grad_x 2), or
         False where a replay could not do what the run does (a copy of grad_output, a large grad_x from the block
         cache)."""
-        rec = Launch(_avg_pool.backward, call, 2)
+        rec = Launch(_avg_pool.backward, call, 2, kernel_records=True)
         if not rec.scratch(pool, scratch) or (allocates and not rec.output(gx)):
             return False
         if not allocates:

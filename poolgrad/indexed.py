@@ -119,19 +119,21 @@ class ArgmaxPlan:
         planes = self.planes
         if planes is not None and planes.ok:
             mark = object()                         # stand-in for the scratch row set, found by identity
-            rec = Launch(_max_pool_indices.argmax_forward_planes, planes.args_for(xk, y4, ind4, self.step, mark), 1)
+            rec = Launch(_max_pool_indices.argmax_forward_planes, planes.args_for(xk, y4, ind4, self.step, mark), 1,
+                         kernel_records=True)
             if not rec.scratch(planes.scratch, mark):
                 return False
         elif isinstance(uniform, UniformArgmax) and uniform.ok:
             marks = (object(), object(), object())     # stand-ins for the scratch rows, found by identity
-            rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, marks), 1)
+            rec = Launch(_max_pool_indices.argmax_forward_uniform, uniform.args_for(xk, y4, ind4, marks), 1,
+                         kernel_records=True)
             if not rec.scratch(uniform.scratch, marks):
                 return False
         else:
             assert self.tables is not None     # made by the run that records
             win_h, win_w, nthreads = self.tables
             rec = Launch(_max_pool_indices.argmax_forward,
-                         self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1)
+                         self._window_args(xk, y4, ind4, win_h, win_w, nthreads), 1, kernel_records=True)
         ok = (rec.output(y) and rec.output(ind) and rec.view(2, 0, x, xk) and rec.view(3, 1, y, y4)
               and rec.view(4, 2, ind, ind4))
         return rec if ok else False

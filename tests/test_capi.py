@@ -413,20 +413,26 @@ def test_max_pooling_grad_executes_without_the_gil():
 
 
 def test_other_operators_execute_through_the_gil_path():
-    """The operators whose kernel modules cannot yet record a call below their dispatcher take the GIL in
-    execute (docs/C_API.md says which)."""
-    x = np.random.default_rng(9).standard_normal((1, 2, 6, 6)).astype(np.float32)
-    go = np.ones((1, 2, 3, 3), np.float32)
-    out = np.empty_like(x)
-    status, plan = create(6, [go, x, out], params(kernel=(2, 2)))
-    assert status == OK, error()
-    try:
-        before = _capi.gil_executes()
-        assert execute(plan, [go, x, out]) == OK
-        assert _capi.gil_executes() == before + 1
-        assert _same(out, pg.avg_pool2d_backward(go, x, 2))
-    finally:
-        API.plan_destroy(plan)
+    """The operators whose kernel modules cannot yet record a call below their dispatcher (TensorFlow's
+    max_pool and max_pool_grad) take the GIL in execute (docs/C_API.md says which)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    ks, st = [1, 1, 2, 2], [1, 1, 2, 2]
+    p = params(kernel=(2, 2), stride=(2, 2), layout=0)
+    y = pg.max_pool(x, ks, st, "VALID", "NCHW")
+    cy = np.empty_like(y)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    gx = np.empty_like(x)
+    for op, arrays, want in ((7, [x, cy], y), (8, [x, y, g, gx], pg.max_pool_grad(x, y, g, ks, st, "VALID", "NCHW"))):
+        status, plan = create(op, arrays, p)
+        assert status == OK, error()
+        try:
+            before = _capi.gil_executes()
+            assert execute(plan, arrays) == OK, error()
+            assert _capi.gil_executes() == before + 1
+            assert _same(arrays[-1], want)
+        finally:
+            API.plan_destroy(plan)
 
 
 def test_one_c_plan_from_several_threads_without_the_gil():
@@ -473,3 +479,254 @@ def test_the_worked_example_of_the_docs(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     res = _run(tmp_path, snippet + "\nprint('ok')\n")
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
+# Max pooling backward configurations, one per fast pass its plan can capture below the dispatcher:
+# (NCHW shape, layout (1: NHWC), deterministic, kernel, stride, padding, threads, the pass).
+MAX_BACKWARD_PASSES = [
+    ((4, 16, 9, 7), 0, 1, 3, 2, 1, 2, "planes"),        # many small NCHW planes: scatter_backward_planes
+    ((1, 2, 40, 300), 0, 1, 3, 2, 1, 2, "bands"),       # deterministic bands: scatter_backward
+    ((1, 2, 24, 5000), 0, 0, 3, 1, 1, 7, "atomic"),     # nondeterministic thin bands: the atomic scatter
+    ((2, 64, 12, 12), 1, 1, 2, 2, 0, 2, "gather"),      # channels-last, little window overlap: gather_backward_cl
+]
+
+
+_TEMP_SCRATCH, _TEMP_FLAGS, _TEMP_HITS = 0, 1, 2      # poolgrad/_launch.pxd
+
+
+def _scatter_plans() -> dict:
+    import gc
+    return {id(o): o for o in gc.get_objects() if type(o).__name__ == "ScatterBackwardPlan"}
+
+
+def _pass_of(plan) -> str:
+    scatter = plan.scatter
+    if scatter.gather:
+        return "gather"
+    if scatter.last_pass.__name__ == "scatter_backward_planes":
+        return "planes"
+    return "atomic" if scatter.use_atomic else "bands"
+
+
+@pytest.mark.parametrize("case,dtype", [(c, d) for c in MAX_BACKWARD_PASSES for d in (np.float32, bfloat16)
+                                        # the atomic scatter is float32 / float64 only (16-bit takes bands)
+                                        if not (c[-1] == "atomic" and d is bfloat16)],
+                         ids=lambda v: v[-1] if isinstance(v, tuple) else np.dtype(v).name)
+def test_max_pool_backward_executes_without_the_gil(case, dtype):
+    """Each fast pass of max_pool2d_with_indices_backward runs in execute without the GIL (its per-call
+    scratch, flags and hit counters allocated per execute), from several threads at once, with the Python API's
+    bits; data that needs the checked path - an index outside its window (legal), an index outside the plane
+    (the error) - takes the GIL path, which redoes the call: the same result, the same message."""
+    import threading
+    shape, layout, det, k, s, p, nt, fast = case
+    lay = ("NCHW", "NHWC")[layout]
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(shape).astype(dtype)
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    _, ind = pg.max_pool2d_with_indices(x, k, s, p, layout=lay)
+    gos = [rng.standard_normal(ind.shape).astype(dtype) for _ in range(4)]
+    kw = dict(layout=lay, deterministic=bool(det), num_threads=nt)
+    wants = [pg.max_pool2d_with_indices_backward(g, x, ind, k, s, p, **kw) for g in gos]
+    outs = [np.full_like(x, np.nan) for _ in gos]
+    old = _scatter_plans()
+    status, plan = create(2, [gos[0], x, ind, outs[0]],
+                          params(kernel=(k, k), stride=(s, s), padding=(p, p), layout=layout, deterministic=det,
+                                 num_threads=nt))
+    assert status == OK, error()
+    made = [o for i, o in _scatter_plans().items() if i not in old]
+    assert [_pass_of(o) for o in made] == [fast]
+    # the per-call buffers each replay allocates: hit counters (gather), else scratch and flags
+    assert made[0].launch.kernel.temps == ((_TEMP_HITS,) if fast == "gather" else (_TEMP_SCRATCH, _TEMP_FLAGS))
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [gos[j], x, ind, outs[j]]))
+
+    def same(a: np.ndarray, b: np.ndarray) -> bool:
+        # the atomic scatter adds in whatever order the threads meet (nondeterministic mode)
+        return _same(a, b) if det else a.shape == b.shape and np.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(same(o, w) for o, w in zip(outs, wants))
+        # an index far outside its window (legal): the kernel reports it, the checked path redoes the call
+        H, W = shape[2], shape[3]
+        far = ind.copy()
+        far.flat[0] = H * W - 1
+        got = np.full_like(x, np.nan)
+        assert execute(plan, [gos[1], x, far, got]) == OK, error()
+        assert same(got, pg.max_pool2d_with_indices_backward(gos[1], x, far, k, s, p, **kw))
+        assert _capi.gil_executes() == before + 1
+        # an index outside the plane: the Python API's error, word for word
+        bad = ind.copy()
+        bad.flat[bad.size // 2] = H * W
+        with pytest.raises(pg.ParamInvalidError) as exc:
+            pg.max_pool2d_with_indices_backward(gos[1], x, bad, k, s, p, **kw)
+        assert execute(plan, [gos[1], x, bad, got]) == INVALID
+        assert str(exc.value) in error()
+        assert _capi.gil_executes() == before + 2
+    finally:
+        API.plan_destroy(plan)
+
+
+def test_adaptive_max_pool_backward_executes_without_the_gil():
+    """adaptive_max_pool2d_backward shares the scatter plans: clean data runs without the GIL."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((2, 5, 11, 13)).astype(np.float32)
+    _, ind = pg.adaptive_max_pool2d(x, (4, 5), index_dtype=np.int32)
+    go = rng.standard_normal(ind.shape).astype(np.float32)
+    gx = np.full_like(x, np.nan)
+    status, plan = create(4, [go, x, ind, gx], params())
+    assert status == OK, error()
+    try:
+        before = _capi.gil_executes()
+        for _ in range(3):
+            assert execute(plan, [go, x, ind, gx]) == OK, error()
+        assert _capi.gil_executes() == before
+        assert _same(gx, pg.adaptive_max_pool2d_backward(go, x, ind))
+    finally:
+        API.plan_destroy(plan)
+
+
+# Max pooling forward configurations, one per kernel its plan can capture: (NCHW shape, layout (1: NHWC),
+# kernel, stride, padding, adaptive output size or None).
+MAX_FORWARD_PASSES = [
+    ((2, 3, 9, 7), 0, 3, 2, 1, None),          # PyTorch-style windows, a vectorised row at a time (uniform)
+    ((2, 64, 12, 12), 1, 3, 2, 1, None),       # channels-last lanes over C (through the uniform dispatcher)
+    ((4, 16, 9, 7), 0, 3, 2, 1, None),         # groups of small planes as channels-last tiles (planes)
+    ((2, 5, 11, 13), 0, 0, 0, 0, (4, 5)),      # adaptive windows, NCHW
+    ((2, 64, 11, 13), 1, 0, 0, 0, (4, 5)),     # adaptive windows, channels-last (argmax_forward)
+    ((2, 3, 11, 13), 1, 0, 0, 0, (4, 5)),      # adaptive windows, few channels: the per-window scan
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("case", MAX_FORWARD_PASSES)
+def test_max_pool_forward_executes_without_the_gil(case, dtype):
+    """max_pool2d_with_indices / adaptive_max_pool2d plans whose outputs are laid out as the plan allocates its
+    own write them straight from the captured kernel call, without the GIL, from several threads at once, with
+    the Python API's bits; outputs laid out otherwise (or overlapping) take the GIL path, which copies."""
+    import threading
+    shape, layout, k, s, p, size = case
+    lay = ("NCHW", "NHWC")[layout]
+    rng = np.random.default_rng(23)
+    xs = [rng.standard_normal(shape).astype(dtype) for _ in range(4)]
+    if layout:
+        xs = [np.ascontiguousarray(x.transpose(0, 2, 3, 1)) for x in xs]
+    if size is None:
+        wants = [pg.max_pool2d_with_indices(x, k, s, p, layout=lay) for x in xs]
+        op, pr = 1, params(kernel=(k, k), stride=(s, s), padding=(p, p), layout=layout)
+    else:
+        wants = [pg.adaptive_max_pool2d(x, size, layout=lay) for x in xs]
+        op, pr = 3, params(layout=layout)
+    outs = [(np.full_like(w[0], np.nan), np.full_like(w[1], -1)) for w in wants]
+    status, plan = create(op, [xs[0], *outs[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [xs[j], *outs[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(_same(o[0], w[0]) and _same(o[1], w[1]) for o, w in zip(outs, wants))
+        # the same signature in a memory the plan does not allocate in: y inside a bigger buffer is fine (the
+        # strides are what count), indices overlapping y take the GIL path
+        y, ind = wants[1]
+        buf = np.full(y.size + ind.size * (ind.itemsize // y.itemsize) + 8, np.nan, y.dtype)
+        cy = np.ndarray(y.shape, y.dtype, buf, 0, y.strides)
+        ci = np.full_like(ind, -1)
+        assert execute(plan, [xs[1], cy, ci]) == OK and _same(cy, y) and _same(ci, ind)
+        assert _capi.gil_executes() == before
+        alias = np.ndarray(ind.shape, ind.dtype, buf, 0)        # shares y's bytes
+        assert execute(plan, [xs[1], cy, alias]) == OK
+        assert _capi.gil_executes() == before + 1
+    finally:
+        API.plan_destroy(plan)
+    # a plan for outputs in another memory order than the plan's own: its executes copy, with the GIL
+    fy, fi = np.asfortranarray(np.full_like(wants[2][0], np.nan)), np.asfortranarray(np.full_like(wants[2][1], -1))
+    status, plan = create(op, [xs[2], fy, fi], pr)
+    assert status == OK, error()
+    try:
+        before = _capi.gil_executes()
+        assert execute(plan, [xs[2], fy, fi]) == OK
+        assert _capi.gil_executes() == before + 1
+        assert _same(np.ascontiguousarray(fy), wants[2][0]) and _same(np.ascontiguousarray(fi), wants[2][1])
+    finally:
+        API.plan_destroy(plan)
+
+
+# Average pooling configurations: (NCHW shape, layout (1: NHWC), kernel, stride, padding, ceil_mode,
+# count_include_pad, divisor_override): both layouts, padding with ceil_mode, uneven windows with an override.
+AVG_CASES = [
+    ((2, 3, 9, 7), 0, (3, 3), 2, 1, 1, 0, 0),
+    ((1, 2, 40, 300), 0, (2, 2), 2, 0, 0, 1, 0),
+    ((2, 40, 12, 12), 1, (2, 3), 1, 0, 0, 1, 5),
+    ((2, 40, 12, 12), 1, (3, 3), 2, 1, 1, 0, 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("case", AVG_CASES)
+def test_avg_pool_executes_without_the_gil(case, dtype):
+    """avg_pool2d_backward and avg_pool2d (outputs laid out as the plan allocates) run their captured kernel
+    calls without the GIL, each execute with scratch of its own, from several threads at once, with the Python
+    API's bits; an out that meets an input still takes the checked path and its message."""
+    import threading
+    shape, layout, k, s, p, ceil, inc, div = case
+    lay = ("NCHW", "NHWC")[layout]
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal(shape).astype(dtype)
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    kw = dict(layout=lay, divisor_override=div or None)
+    pr = params(kernel=k, stride=(s, s), padding=(p, p), ceil_mode=ceil, count_include_pad=inc,
+                divisor_override=div, layout=layout)
+    y = pg.avg_pool2d(x, k, s, p, bool(ceil), bool(inc), **kw)
+    gos = [rng.standard_normal(y.shape).astype(dtype) for _ in range(4)]
+    wants = [pg.avg_pool2d_backward(g, x, k, s, p, bool(ceil), bool(inc), **kw) for g in gos]
+    xs = [rng.standard_normal(x.shape).astype(dtype) for _ in range(4)]
+    fwants = [pg.avg_pool2d(v, k, s, p, bool(ceil), bool(inc), **kw) for v in xs]
+    outs = [np.full_like(x, np.nan) for _ in gos]
+    fouts = [np.full_like(y, np.nan) for _ in xs]
+    status, bplan = create(6, [gos[0], x, outs[0]], pr)
+    assert status == OK, error()
+    status, fplan = create(5, [xs[0], fouts[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(bplan, [gos[j], x, outs[j]]))
+            statuses.append(execute(fplan, [xs[j], fouts[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [OK] * 80 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
+        assert all(_same(o, w) for o, w in zip(fouts, fwants))
+        assert execute(bplan, [gos[0], x, x]) == INVALID and "out: must not share memory with x" in error()
+        assert _capi.gil_executes() == before + 1
+    finally:
+        API.plan_destroy(bplan)
+        API.plan_destroy(fplan)
