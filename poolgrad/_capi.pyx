@@ -497,19 +497,30 @@ cdef int _capture_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *ten
     cdef Launch launch
     examples = [_spec_of(&tensors[i]).example() for i in range(cp.nin + 1)]
     plan(*examples[:cp.nin], out=examples[cp.nin])
+    launch = _recorded_launch(plan, lambda: plan(*examples[:cp.nin], out=examples[cp.nin]))
+    if launch is not None and launch.kernel is not None:
+        _adopt_kernel(cp, launch)
+    return 0
+
+
+cdef Launch _recorded_launch(Plan plan, object run_again):
+    """The plan's launch record (None where it has none), after ``run_again()`` - a second run on the examples,
+    which captures the kernel call below the dispatcher - where that has not been tried yet."""
     rec = getattr(plan._run.plan, "launch", None)
     if not isinstance(rec, Launch):
-        return 0
-    launch = <Launch>rec
+        return None
+    cdef Launch launch = <Launch>rec
     if launch.kernel is None and not launch.tried_kernel:
-        plan(*examples[:cp.nin], out=examples[cp.nin])
-    if launch.kernel is None:
-        return 0
+        run_again()
+    return launch
+
+
+cdef void _adopt_kernel(pg_capi_plan *cp, Launch launch):
+    """Keep the launch record's captured kernel call for execute (a reference the plan's destroy drops)."""
     rec = launch.kernel
     Py_INCREF(rec)
     cp.record = <PyObject *>rec
     cp.kcall = &(<KernelRecord>rec).call
-    return 0
 
 
 cdef int _capture_forward_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *tensors,
@@ -521,13 +532,8 @@ cdef int _capture_forward_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_ten
     cdef int k, d
     cdef Launch launch
     cdef const poolgrad_tensor *t
-    rec = getattr(plan._run.plan, "launch", None)
-    if not isinstance(rec, Launch):
-        return 0
-    launch = <Launch>rec
-    if launch.kernel is None and not launch.tried_kernel:
-        plan(*examples)
-    if launch.kernel is None or launch.nout != cp.nout or launch._out_ok:
+    launch = _recorded_launch(plan, lambda: plan(*examples))
+    if launch is None or launch.kernel is None or launch.nout != cp.nout or launch._out_ok:
         return 0
     for k in range(cp.nout):
         t = &tensors[cp.nin + k]
@@ -536,10 +542,7 @@ cdef int _capture_forward_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_ten
         for d in range(t.ndim):
             if launch.out_dims[k][d] != t.shape[d] or launch.out_steps[k][d] != t.strides[d] * _ITEM[t.dtype]:
                 return 0
-    rec = launch.kernel
-    Py_INCREF(rec)
-    cp.record = <PyObject *>rec
-    cp.kcall = &(<KernelRecord>rec).call
+    _adopt_kernel(cp, launch)
     return 0
 
 
