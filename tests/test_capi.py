@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 
 import numpy as np
 import pytest
@@ -113,6 +114,15 @@ def run(op: int, inputs: list, outputs: list, p: Params) -> None:
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _in_threads(work, n: int) -> None:
+    """Run ``work(k)`` for k in range(n) in n Python threads at once and wait for all of them."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def test_table_header():
@@ -377,7 +387,6 @@ def test_max_pooling_grad_executes_without_the_gil():
     """max_pooling_grad's plan holds its kernel call captured below the dispatcher: executes run it without
     taking the GIL (counted by _capi.gil_executes), from several threads at once, with the Python API's bits;
     an out that meets an input takes the checked path (in place allowed, other overlaps refused)."""
-    import threading
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
     y = np.where(rng.random(x.shape) < 0.5, x, 0).astype(np.float32)
@@ -394,11 +403,7 @@ def test_max_pooling_grad_executes_without_the_gil():
 
     try:
         before = _capi.gil_executes()
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads(work, 4)
         assert statuses == [OK] * 200 and _capi.gil_executes() == before
         assert all(_same(o, w) for o, w in zip(outs, wants))
         inplace = dys[0].copy()
@@ -436,7 +441,6 @@ def test_other_operators_execute_through_the_gil_path():
 
 
 def test_one_c_plan_from_several_threads_without_the_gil():
-    import threading
     rng = np.random.default_rng(6)
     x = rng.standard_normal((2, 4, 20, 20)).astype(np.float32)
     y, ind = pg.max_pool2d_with_indices(x, 3, 2, 1)
@@ -452,11 +456,7 @@ def test_one_c_plan_from_several_threads_without_the_gil():
             statuses.append(execute(plan, [gos[k], x, outs[k]]))     # ctypes releases the GIL for the call
 
     try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads(work, 4)
     finally:
         API.plan_destroy(plan)
     assert statuses == [OK] * 200
@@ -517,7 +517,6 @@ def test_max_pool_backward_executes_without_the_gil(case, dtype):
     scratch, flags and hit counters allocated per execute), from several threads at once, with the Python API's
     bits; data that needs the checked path - an index outside its window (legal), an index outside the plane
     (the error) - takes the GIL path, which redoes the call: the same result, the same message."""
-    import threading
     shape, layout, det, k, s, p, nt, fast = case
     lay = ("NCHW", "NHWC")[layout]
     rng = np.random.default_rng(21)
@@ -550,11 +549,7 @@ def test_max_pool_backward_executes_without_the_gil(case, dtype):
 
     try:
         before = _capi.gil_executes()
-        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads(work, 4)
         assert statuses == [OK] * 40 and _capi.gil_executes() == before
         assert all(same(o, w) for o, w in zip(outs, wants))
         # an index far outside its window (legal): the kernel reports it, the checked path redoes the call
@@ -614,7 +609,6 @@ def test_max_pool_forward_executes_without_the_gil(case, dtype):
     """max_pool2d_with_indices / adaptive_max_pool2d plans whose outputs are laid out as the plan allocates its
     own write them straight from the captured kernel call, without the GIL, from several threads at once, with
     the Python API's bits; outputs laid out otherwise (or overlapping) take the GIL path, which copies."""
-    import threading
     shape, layout, k, s, p, size = case
     lay = ("NCHW", "NHWC")[layout]
     rng = np.random.default_rng(23)
@@ -638,11 +632,7 @@ def test_max_pool_forward_executes_without_the_gil(case, dtype):
 
     try:
         before = _capi.gil_executes()
-        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads(work, 4)
         assert statuses == [OK] * 40 and _capi.gil_executes() == before
         assert all(_same(o[0], w[0]) and _same(o[1], w[1]) for o, w in zip(outs, wants))
         # the same signature in a memory the plan does not allocate in: y inside a bigger buffer is fine (the
@@ -687,7 +677,6 @@ def test_avg_pool_executes_without_the_gil(case, dtype):
     """avg_pool2d_backward and avg_pool2d (outputs laid out as the plan allocates) run their captured kernel
     calls without the GIL, each execute with scratch of its own, from several threads at once, with the Python
     API's bits; an out that meets an input still takes the checked path and its message."""
-    import threading
     shape, layout, k, s, p, ceil, inc, div = case
     lay = ("NCHW", "NHWC")[layout]
     rng = np.random.default_rng(24)
@@ -717,11 +706,7 @@ def test_avg_pool_executes_without_the_gil(case, dtype):
 
     try:
         before = _capi.gil_executes()
-        threads = [threading.Thread(target=work, args=(j,)) for j in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads(work, 4)
         assert statuses == [OK] * 80 and _capi.gil_executes() == before
         assert all(_same(o, w) for o, w in zip(outs, wants))
         assert all(_same(o, w) for o, w in zip(fouts, fwants))
