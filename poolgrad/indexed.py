@@ -90,7 +90,7 @@ class ArgmaxPlan:
         if planes is None:
             planes = self.planes = PlaneArgmax(self.dt, self.it, xk, ind4, win_h, win_w, nthreads)
         if planes.ok:
-            planes.run(xk, y4, ind4, win_h, win_w, self.step)
+            planes.run(xk, y4, ind4, self.step)
         else:
             fast = self.fast
             if fast is None:
@@ -162,19 +162,16 @@ class PlaneArgmax:
                                                         self.groups)
         self.scratch = ScratchPool(lambda: thread_rows(nthreads, nbytes, np.uint8))
 
-    def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, win_h: dict[str, np.ndarray],
-            win_w: dict[str, np.ndarray], step: tuple[int, int]) -> None:
+    def run(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, step: tuple[int, int]) -> None:
         scratch = self.scratch.take()
-        _max_pool_indices.argmax_forward_planes(*self.args_for(xk, y4, ind4, step, scratch, win_h, win_w))
+        _max_pool_indices.argmax_forward_planes(*self.args_for(xk, y4, ind4, step, scratch))
         self.scratch.give(scratch)
 
     def args_for(self, xk: np.ndarray, y4: np.ndarray | None, ind4: np.ndarray, step: tuple[int, int],
-                 scratch: Any, win_h: dict[str, np.ndarray] | None = None,
-                 win_w: dict[str, np.ndarray] | None = None) -> tuple[Any, ...]:
-        """Arguments of ``argmax_forward_planes`` (the arrays at 2, 3, 4), for run() and launch records (the
-        window tables are the ones this instance was planned with unless given)."""
-        win_h = self.win_h if win_h is None else win_h
-        win_w = self.win_w if win_w is None else win_w
+                 scratch: Any) -> tuple[Any, ...]:
+        """Arguments of ``argmax_forward_planes`` (the arrays at 2, 3, 4) over the window tables this instance
+        was planned with, for run() and launch records."""
+        win_h, win_w = self.win_h, self.win_w
         return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], step[0], win_w["start"],
                 win_w["count"], step[1], self.groups, scratch, self.nthreads)
 

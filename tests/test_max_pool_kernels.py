@@ -13,7 +13,6 @@ import pytest
 import pgtest
 import poolgrad as pg
 from poolgrad import _max_pool_indices, indexed, slow
-from poolgrad.dtypes import bfloat16
 from pgtest import DTYPES, DTYPE_IDS
 
 # (C, H, W, kernel, stride, padding, dilation, ceil_mode): channel counts at and around the 32-lane block
@@ -311,7 +310,7 @@ def _special_16bit(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.d
     return bits.view(dtype)
 
 
-@pytest.mark.parametrize("dtype", [np.dtype(np.float16), bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), pgtest.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("kernel, stride, padding", [(2, 2, 0), (3, 3, 0), ((3, 2), 2, 0), ((3, 2), 2, (1, 0)),
                                                      ((2, 3), 2, (0, 1)), (1, 1, 0)])
 def test_backward_16bit_specials_same_bits_every_level_and_layout(dtype, kernel, stride, padding):
