@@ -46,14 +46,14 @@ PG_INLINE uint16_t pg_cl_one_bf16(uint16_t g)
     return g == 0x8000u ? (uint16_t)0 : q;
 }
 
-/* The 16-bit block: float64 sums of one block of channels, written so that GCC vectorises every loop (a
- * generic lane-array block, with its per-lane widening inside the compare-and-add and a per-lane rounding
- * store, stayed scalar: 16-bit rows ran 8-9x slower than float32 ones).  Each covering output's grad_output lanes are
- * widened to float64 first (exact: pg_dtype.h's branch-free conversion, then float -> double) in a loop of their
- * own, so that the compare-and-add is a plain select: GCC does not if-convert a conversion inside the select
- * (under -ftrapping-math it may trap) and left that loop scalar.  The block is rounded once at the end, in two
- * separate vector loops: float64 -> float32 with round-to-odd, then float32 -> 16-bit to nearest even (that is
- * exactly pg_avg.h's pg_avg_store_DT, split so that each step vectorises). */
+/* The 16-bit block: float64 sums of one block of channels, written so that GCC vectorises every loop (a generic
+ * lane-array block, with its per-lane widening inside the compare-and-add and a per-lane rounding store, stayed
+ * scalar: 16-bit rows ran 8-9x slower than float32 ones).  Each covering output's grad_output lanes are widened
+ * to float64 first (exact: pg_dtype.h's branch-free conversion, then float -> double) in a loop of their own, so
+ * that the compare-and-add is a plain select: GCC does not if-convert a conversion inside the select (under
+ * -ftrapping-math it may trap) and left that loop scalar.  The block is rounded once at the end, in two separate
+ * vector loops: float64 -> float32 with round-to-odd, then float32 -> 16-bit to nearest even (that is exactly
+ * pg_avg.h's pg_avg_store_DT, split so that each step vectorises). */
 #define PG_CL_GATHER_BLOCK16(DT, T, ACC, STORE, IT, NL, SKIP)                                             \
     do {                                                                                                  \
         double acc[NL], wide[NL];                                                                         \
@@ -95,10 +95,10 @@ PG_INLINE uint16_t pg_cl_one_bf16(uint16_t g)
         for (Py_ssize_t l = 0; l < (NL); l++) gxc[l] = pg_store_##DT(narrow[l]);                          \
         for (Py_ssize_t l = (SKIP); l < (NL); l++) hits += hit[l];                                        \
     } while (0)
-/* 16-bit grad_x row ih of one image: gx points at (n, ih, 0, 0) (cell stride gx_w, channel stride 1), go and ind at
- * image n (channel stride 1), C >= B (whole B-lane blocks, for the reasons given in pg_cl_argmax.h; a partial
- * last block is redone from C - B: the overlapping lanes get the same sums, and their hits are not counted
- * twice).  Output rows [oa, ob) cover ih; output columns [owa[iw], owb[iw]) cover iw.
+/* 16-bit grad_x row ih of one image: gx points at (n, ih, 0, 0) (cell stride gx_w, channel stride 1), go and
+ * ind at image n (channel stride 1), C >= B (whole B-lane blocks, for the reasons given in pg_cl_argmax.h; a
+ * partial last block is redone from C - B: the overlapping lanes get the same sums, and their hits are not
+ * counted twice).  Output rows [oa, ob) cover ih; output columns [owa[iw], owb[iw]) cover iw.
  * Returns the number of hits (see above). */
 #define PG_CL_GATHER_ROW(SFX, DT, T, ACC, STORE, IT, INAME, B)                                            \
 static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                                                       \
@@ -126,7 +126,7 @@ static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                             
  * scatter.  Plain loops of run-time length C that GCC vectorises at the ISA's full width; the hit count is the
  * loop's vector reduction in the index width (the compare's mask is added as it is, not narrowed), reduced
  * once per (cell, covering output).  This replaced 32-lane blocks with the covering outputs innermost (the
- * 16-bit shape below), whose sums and hit counters GCC kept on the stack and whose hit counters were reduced
+ * 16-bit block's shape), whose sums and hit counters GCC kept on the stack and whose hit counters were reduced
  * across the lanes after every block: on 1x14x14x512 k2s2 float32 with int64 indices the gather was 79% of the
  * backward's time and that reduction about a quarter of it (perf).  Row kernel alone, 1x14x14x512 k2s2,
  * float32, int64 indices, one thread, old / new time (best of 7, a standalone C harness over both): AVX-512
@@ -199,12 +199,8 @@ static int64_t pg_cl_gather_##DT##_##INAME##_##SFX(                             
 }
 
 /* the pairs of pg_cl_argmax.h; sums of the 16-bit types in float64, rounded once on the store (pg_avg.h) */
-#define PG_CL_SUM_f32 float
-#define PG_CL_SUM_f64 double
 #define PG_CL_SUM_f16 double
 #define PG_CL_SUM_bf16 double
-#define PG_CL_STORE_f32 pg_store_f32
-#define PG_CL_STORE_f64 pg_store_f64
 #define PG_CL_STORE_f16 pg_avg_store_f16
 #define PG_CL_STORE_bf16 pg_avg_store_bf16
 #define PG_CL_ROW_f32(DT, T, IT, INAME, SFX) PG_CL_GATHER_CROW(SFX, DT, T, IT, INAME)
