@@ -167,6 +167,13 @@ cdef class Plan:
             return self._run.call(arrays + (out,))
         return self._run.call(arrays)
 
+    @property
+    def _launch_record(self):
+        """The launch record the plan's calls replay (a ``poolgrad._launch.Launch``), or None before the first
+        call or where the operator's plan made none; for tests and benchmarks."""
+        rec = getattr(self._run.plan, "launch", None)
+        return rec if isinstance(rec, Launch) else None
+
     def __repr__(self):
         sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.specs)
         return f"<poolgrad.Plan {self.operator}({sig})>"

@@ -44,10 +44,16 @@ cdef struct KernelCall:
     size_t temp_bytes[MAXTEMP]
     int temp_kind[MAXTEMP]
     int64_t temp_expect[MAXTEMP]
+    # the per-call buffers of one run in one block (each at a 64-byte aligned offset), and up to KEEP_SETS
+    # blocks runs gave back for reuse (slots taken and filled atomically: concurrent runs never share one)
+    size_t temp_at[MAXTEMP]
+    size_t block
+    void *spare[KEEP_SETS]
 
 
 # 0: ran; 1: ran, but its flags / hit counters say the data needs the checked path (whose rerun overwrites every
-# output the run wrote); -1: a per-call buffer could not be allocated (nothing ran).
+# output the run wrote); -1: a per-call buffer could not be allocated (nothing ran).  ``c``'s spare blocks are
+# the only thing a run changes in it (atomically).
 cdef int run_kernel_call(const KernelCall *c, char **data) noexcept nogil
 
 
