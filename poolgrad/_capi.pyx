@@ -101,7 +101,8 @@ cdef class Plan:
     argument and what differs), then runs: ``out=`` overlap check, allocation, kernels, index range check.
 
     A plan holds no per-call state: scratch arrays are taken from a pool per plan and given back, so several
-    Python threads may call one plan at once (the kernels release the GIL).
+    Python threads may call one plan at once (kernels release the GIL, but for arrays under
+    ``poolgrad._launch.NOGIL_BYTES`` in all, whose microsecond kernels hold it).
 
     Attributes
     ----------
@@ -163,9 +164,7 @@ cdef class Plan:
         elif out is not None:
             raise ParamInvalidError(f"out: the plan was made without out=, so its calls allocate the result; "
                                     f"make a plan with out= to write into an array")
-        if self._takes_out:
-            return self._run.call(arrays + (out,))
-        return self._run.call(arrays)
+        return self._run.call_split(arrays, out, self._takes_out)
 
     @property
     def _launch_record(self):

@@ -106,8 +106,12 @@ cdef class Launch:
     # the call below the dispatcher, when its kernel module can record one (see KernelRecord)
     cdef readonly KernelRecord kernel
     cdef bint tried_kernel
+    # whether a replay of ``kernel`` releases the GIL (only for calls whose arrays are big enough: see
+    # NOGIL_BYTES in _launch.pyx)
+    cdef readonly bint releases_gil
 
     cdef object run(self, tuple arrays)
+    cdef object run_split(self, tuple arrays, object out, bint takes_out)
     cdef bint _capture(self, list srcs, tuple args) except -1
     cdef object _run_kernel(self, list srcs, object out)
     cdef object _result(self, list srcs, object out)
@@ -121,3 +125,4 @@ cdef class Runner:
     cdef bint settled       # the plan has said whether it has a record (``launch`` a Launch, or False)
 
     cdef object call(self, tuple arrays)
+    cdef object call_split(self, tuple arrays, object out, bint takes_out)

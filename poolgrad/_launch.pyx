@@ -84,6 +84,15 @@ cdef extern from * nogil:
     int clock_gettime(int clk, timespec *ts)
     int CLOCK_MONOTONIC
 
+#: A replayed kernel call releases the GIL only when its arrays (sources and outputs) hold at least this many
+#: bytes.  Releasing and taking it back costs about 0.15-0.2 us (two mutex operations and a thread-state swap),
+#: 10-15% of a plan call on 1x1x4x4 - 2x16x8x8 tensors, whose kernels take 0.1-5 us: far below the interpreter's
+#: 5 ms switch interval, so holding the GIL there delays other Python threads by no more than an ordinary
+#: bytecode-heavy call would.  From 256 KiB on (kernels of tens of microseconds and more) other threads run
+#: while the kernel does.  The C API's execute never holds the GIL while a captured call runs.
+NOGIL_BYTES = 256 << 10
+cdef Py_ssize_t _NOGIL_BYTES = NOGIL_BYTES
+
 #: Post-run checks: none; the flag array (int8) must be all zero; the dispatcher's result must be False.
 POST_NONE = 0
 POST_FLAGS = 1
@@ -348,6 +357,7 @@ cdef class Launch:
         self.post = POST_NONE
         self._out_ok = False
         self.ncheck = 0
+        self.releases_gil = True
 
     def output(self, cnp.ndarray example):
         """Allocate, on every run, an output like ``example`` (dtype, shape, strides); it becomes source
@@ -548,6 +558,10 @@ cdef class Launch:
         if self.post != POST_NONE and not checks:
             return False
         if rec.bind(srcs):
+            total = 0
+            for a in srcs:
+                total += cnp.PyArray_NBYTES(<cnp.ndarray>a)
+            self.releases_gil = total >= _NOGIL_BYTES
             self.kernel = rec
             return True
         return False
@@ -558,7 +572,10 @@ cdef class Launch:
         cdef KernelRecord rec = self.kernel
         for k in range(len(srcs)):
             data[k] = _data(srcs[k])
-        with nogil:
+        if self.releases_gil:
+            with nogil:
+                status = run_kernel_call(&rec.call, data)
+        else:
             status = run_kernel_call(&rec.call, data)
         if status < 0:
             raise MemoryError()
@@ -593,6 +610,56 @@ cdef class Launch:
         if status < 0:
             raise MemoryError()
         return sorted(rounds)[4]
+
+    cdef object run_split(self, tuple arrays, object out, bint takes_out):
+        """:meth:`run` for a caller that passes ``out`` apart (``takes_out``: the plan's calls take one; None
+        allocates).  Once the kernel call is captured this is the whole per-call path, written without the
+        list and tuples :meth:`run` builds (0.1-0.2 us of a tiny call); before that, and for records that call
+        their dispatcher, it is :meth:`run`."""
+        cdef char *data[MAXSRC]
+        cdef char *lo
+        cdef char *hi
+        cdef char *lo2
+        cdef char *hi2
+        cdef int k, status
+        cdef object a0, a1, res
+        cdef tuple outs
+        cdef KernelRecord rec = self.kernel
+        if rec is None or PyTuple_GET_SIZE(arrays) != self.nsrc:
+            return self.run(arrays + (out,) if takes_out else arrays)
+        for k in range(self.nsrc):
+            data[k] = _data(<object>PyTuple_GET_ITEM(arrays, k))
+        if out is not None:
+            if not self._out_ok:
+                return None
+            if _extent(<cnp.ndarray>out, &lo, &hi):
+                for k in range(self.ncheck):
+                    if (_extent(<cnp.ndarray>PyTuple_GET_ITEM(arrays, self.check_src[k]), &lo2, &hi2)
+                            and lo < hi2 and lo2 < hi):
+                        return None
+            data[self.nsrc] = _data(out)
+            res = out
+        elif self.nout == 1:
+            res = pg_launch_alloc(self.out_descr[0], self.out_nd[0], self.out_dims[0], self.out_steps[0])
+            data[self.nsrc] = _data(res)
+        elif self.nout == 2:
+            a0 = pg_launch_alloc(self.out_descr[0], self.out_nd[0], self.out_dims[0], self.out_steps[0])
+            a1 = pg_launch_alloc(self.out_descr[1], self.out_nd[1], self.out_dims[1], self.out_steps[1])
+            data[self.nsrc] = _data(a0)
+            data[self.nsrc + 1] = _data(a1)
+            res = (a0, a1)
+        else:
+            return self.run(arrays + (out,) if takes_out else arrays)
+        if self.releases_gil:
+            with nogil:
+                status = run_kernel_call(&rec.call, data)
+        else:
+            status = run_kernel_call(&rec.call, data)
+        if status < 0:
+            raise MemoryError()
+        if status > 0:          # the data needs the plan's checked path
+            return None
+        return res
 
     cdef object _result(self, list srcs, object out):
         if out is not None:
@@ -658,3 +725,14 @@ cdef class Runner:
             if r is not None:
                 return r
         return self.plan(*arrays)
+
+    cdef object call_split(self, tuple arrays, object out, bint takes_out):
+        """:meth:`call` with ``out`` passed apart (``takes_out``: the plan's calls take it, None or an array)."""
+        cdef object r
+        cdef Launch launch = self.launch
+        if launch is not None:
+            r = launch.run_split(arrays, out, takes_out)
+            if r is not None:
+                return r
+            return self.plan(*arrays, out) if takes_out else self.plan(*arrays)
+        return self.call(arrays + (out,) if takes_out else arrays)
