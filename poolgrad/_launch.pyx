@@ -204,8 +204,9 @@ cdef int run_kernel_call(const KernelCall *c, char **data) noexcept nogil:
     struct with its source pointers moved there and its per-call buffers in a block of its own (scratch as is,
     flags and hit counters zeroed, as the dispatcher's callers pass them).  The block is one the record keeps
     spare, taken atomically, else a new one; afterwards it goes back to a free spare slot, else it is freed.
-    (``malloc`` / ``free`` of the block on every run cost a third of a tiny call's kernel time: blocks above
-    glibc's 64 KiB consolidation threshold made every ``free`` walk its fast bins.)  Returns 0, or 1 when the
+    (Allocating and freeing the buffers on every run - ``posix_memalign``, ``calloc``, ``free``, glibc's
+    ``malloc_consolidate`` - took 29% of the perf samples of a loop of 1x1x4x4 average-pooling-gradient kernel
+    calls.)  Returns 0, or 1 when the
     buffers say that the data needs the checked path (the caller then reruns it through the plan, which
     redoes every output), or -1 when the block could not be allocated (nothing ran)."""
     cdef uint64_t buf[MAXCTX_WORDS]       # MAXCTX bytes, aligned for any field
