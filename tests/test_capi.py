@@ -358,6 +358,9 @@ def test_cython_example_in_a_nogil_prange(tmp_path):
     _build("cython_ext", tmp_path / "cy")
     res = _run(tmp_path / "cy", CHECK.format(mod="pg_cy_example", args="25"))
     assert res.returncode == 0 and res.stdout.startswith("ok " + ROOT), res.stdout + res.stderr
+    res = _run(tmp_path / "cy", TF_CHECK.replace("pg_c_example", "pg_cy_example")
+               .replace("m.backward(x, y, g, out, 3, 2, 4, 25, 8)", "m.tf_backward(x, y, g, out, 3, 2, 25)"))
+    assert res.returncode == 0 and res.stdout.strip() == "ok 0", res.stdout + res.stderr
 
 
 def test_header_newer_than_the_library_fails_cleanly_at_import(tmp_path):
