@@ -497,30 +497,56 @@ def test_tf_max_pool_executes_without_the_gil(case, dtype):
         API.plan_destroy(fplan)
 
 
-def test_tf_max_pool_grad_paths_that_take_the_gil():
-    """What the GIL-free execute of max_pool_grad leaves to the checked path: ``check_orig_output`` (x2 compared
-    with the recomputed maxima on every call, the first mismatch named) and the composed gradient of
-    channels-last inputs with few channels (two kernel calls); results and messages are the Python API's."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("layout", [0, 1], ids=["NCHW", "NHWC"])
+def test_tf_max_pool_grad_checks_x2_without_the_gil(dtype, layout):
+    """MAX_POOL_GRAD with check_orig_output: execute runs the captured forward, compares x2 with it (NaN equals
+    NaN, 16-bit values widened) and runs the captured gradient, all without the GIL, from several threads at
+    once; an x2 that differs anywhere takes the checked plan: the Python API's error, word for word, and out
+    left as it was."""
+    fmt = ("NCHW", "NHWC")[layout]
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
-    ks, st = [1, 1, 2, 2], [1, 1, 2, 2]
-    y = pg.max_pool(x, ks, st, "VALID", "NCHW")
-    g = rng.standard_normal(y.shape).astype(np.float32)
-    gx = np.empty_like(x)
-    status, plan = create(8, [x, y, g, gx], params(kernel=(2, 2), stride=(2, 2), layout=0, check_orig_output=1))
+    x = rng.standard_normal((2, 16, 7, 9)).astype(dtype)
+    x[0, 1, 2, 3] = np.nan
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    ks, st = ([1, 1, 3, 3], [1, 1, 2, 2]) if layout == 0 else ([1, 3, 3, 1], [1, 2, 2, 1])
+    y = pg.max_pool(x, ks, st, "SAME", fmt)
+    assert np.isnan(y.astype(np.float32)).any()
+    gs = [rng.standard_normal(y.shape).astype(dtype) for _ in range(4)]
+    wants = [pg.max_pool_grad(x, y, g, ks, st, "SAME", fmt) for g in gs]
+    outs = [np.full_like(x, np.nan) for _ in gs]
+    pr = params(kernel=(3, 3), stride=(2, 2), tf_padding=1, layout=layout, check_orig_output=1, num_threads=1)
+    status, plan = create(8, [x, y, gs[0], outs[0]], pr)
     assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [x, y, gs[j], outs[j]]))
+
     try:
         before = _capi.gil_executes()
-        assert execute(plan, [x, y, g, gx]) == OK, error()
-        assert _same(gx, pg.max_pool_grad(x, y, g, ks, st, "VALID", "NCHW"))
+        _in_threads(work, 4)
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
         wrong = y.copy()
-        wrong[0, 1, 2, 0] += 1
+        wrong.flat[wrong.size - 3] = 7
         with pytest.raises(pg.ParamInvalidError) as exc:
-            pg.max_pool_grad(x, wrong, g, ks, st, "VALID", "NCHW", check_orig_output=True)
-        assert execute(plan, [x, wrong, g, gx]) == INVALID and str(exc.value) in error()
-        assert _capi.gil_executes() == before + 2
+            pg.max_pool_grad(x, wrong, gs[0], ks, st, "SAME", fmt, check_orig_output=True)
+        kept = outs[0].copy()
+        assert execute(plan, [x, wrong, gs[0], outs[0]]) == INVALID and str(exc.value) in error()
+        assert _same(outs[0], kept)
+        assert _capi.gil_executes() == before + 1
     finally:
         API.plan_destroy(plan)
+
+
+def test_tf_max_pool_grad_composed_path_takes_the_gil():
+    """What the GIL-free execute of max_pool_grad leaves to the checked path: the composed gradient of
+    channels-last inputs with few channels (two kernel calls: the argmax forward, then the scatter), whose
+    result is the Python API's."""
+    rng = np.random.default_rng(9)
     xl = np.ascontiguousarray(rng.standard_normal((2, 3, 8, 8)).astype(np.float32).transpose(0, 2, 3, 1))
     ksl, stl = [1, 2, 2, 1], [1, 2, 2, 1]
     yl = pg.max_pool(xl, ksl, stl, "VALID", "NHWC")
