@@ -210,8 +210,8 @@ class _Pool:
             scratch_pool.give(scratch)
         if ("launch", nthreads) not in self.memo:
             # the first run's kernel call, recorded for _launch.Runner (sources x 0, y 1; the int32 zeros are
-            # only read; the planes path's scratch comes from its pool on every replay, or is allocated per call
-            # by a replay of the call captured below the dispatcher)
+            # only read; the planes path's scratch comes from its pool on every replay, or is the per-call
+            # buffer of a replay of the call captured below the dispatcher)
             rec = Launch(_tf_max_pool.max_pool, args, 1, kernel_records=True)
             self.memo[("launch", nthreads)] = (rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, yk)
                                                and (not groups or rec.scratch(scratch_pool, scratch)) and rec)
