@@ -6,6 +6,12 @@
 Same harness as bench/overhead.py (calls timed one by one after a warm-up, the three contenders interleaved in
 blocks so a burst of load on a shared machine hits all of them); this adds the plan column.  Every operator gets
 a plan made from the same arrays as the plain call.  PyTorch's column is the ATen operator called directly.
+
+The kernel column is the plan's captured kernel call run alone from compiled code (``Launch.kernel_ns``: median
+of 9 rounds, its per-call buffers included, no output allocation): the time K that a plan call and a plain call
+share.  With it a row splits into K, the plan's own per-call cost (plan - K) and the plain call's extra cost
+(function - plan): a ratio of at most 0.5 needs function - plan >= plan.  "-" where the plan replays no kernel
+call (``max_pooling_grad`` on three times the same array: its struct's pointers are ambiguous).
 """
 from __future__ import annotations
 
@@ -43,17 +49,28 @@ def plans(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
                                                      num_threads=1), (x, tfy, gy)),
         "max_pooling_grad": (pg.plan_max_pooling_grad(x, x, x, num_threads=1), (x, x, x)),
     }
-    return {name: (lambda plan=plan, args=args: plan(*args)) for name, (plan, args) in p.items()}
+    return {name: (lambda plan=plan, args=args: plan(*args)) for name, (plan, args) in p.items()}, p
+
+
+def kernel_us(plan: pg.Plan, args: tuple, reps: int) -> float | None:
+    """Microseconds of the plan's captured kernel call alone (None where it has none)."""
+    for _ in range(2):          # the first call records the launch, the second captures the kernel call
+        res = plan(*args)
+    launch = plan._launch_record
+    if launch is None or launch.kernel is None:
+        return None
+    outs = res if type(res) is tuple else (res,)
+    return launch.kernel_ns(*args, *[np.empty_like(o) for o in outs], reps=reps) / 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=10_000, help="timed calls per case and contender")
     args = ap.parse_args(argv)
-    print("| shape | operator | plan us | function us | PyTorch us | plan/function | plan/PyTorch |\n"
-          "|---|---|---|---|---|---|---|")
+    print("| shape | operator | plan us | function us | PyTorch us | kernel us | plan/function | plan/PyTorch |\n"
+          "|---|---|---|---|---|---|---|---|")
     for shape in SHAPES:
-        through_plan = plans(shape)
+        through_plan, made = plans(shape)
         for name, ours, theirs in cases(shape):
             a: list[float] = []
             b: list[float] = []
@@ -65,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                     c += _median_us(theirs, args.calls // 4)
             ma, mb = statistics.median(a) / 1e3, statistics.median(b) / 1e3
             mc = statistics.median(c) / 1e3 if c else float("nan")
-            print(f"| {'x'.join(map(str, shape))} | {name} | {ma:.2f} | {mb:.2f} | {mc:.2f} | {ma / mb:.2f} | "
+            k = kernel_us(*made[name], args.calls)
+            ks = "-" if k is None else f"{k:.2f}"
+            print(f"| {'x'.join(map(str, shape))} | {name} | {ma:.2f} | {mb:.2f} | {mc:.2f} | {ks} | {ma / mb:.2f} | "
                   f"{ma / mc:.2f} |", flush=True)
     return 0
 

@@ -101,7 +101,8 @@ cdef class Plan:
     argument and what differs), then runs: ``out=`` overlap check, allocation, kernels, index range check.
 
     A plan holds no per-call state: scratch arrays are taken from a pool per plan and given back, so several
-    Python threads may call one plan at once (the kernels release the GIL).
+    Python threads may call one plan at once (kernels release the GIL, but for arrays under
+    ``poolgrad._launch.NOGIL_BYTES`` in all, whose microsecond kernels hold it).
 
     Attributes
     ----------
@@ -163,9 +164,14 @@ cdef class Plan:
         elif out is not None:
             raise ParamInvalidError(f"out: the plan was made without out=, so its calls allocate the result; "
                                     f"make a plan with out= to write into an array")
-        if self._takes_out:
-            return self._run.call(arrays + (out,))
-        return self._run.call(arrays)
+        return self._run.call_split(arrays, out, self._takes_out)
+
+    @property
+    def _launch_record(self):
+        """The launch record the plan's calls replay (a ``poolgrad._launch.Launch``), or None before the first
+        call or where the operator's plan made none; for tests and benchmarks."""
+        rec = getattr(self._run.plan, "launch", None)
+        return rec if isinstance(rec, Launch) else None
 
     def __repr__(self):
         sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.specs)
@@ -214,6 +220,14 @@ cdef extern from *:
         poolgrad_tensor sig[4];
         PyObject *record;
         const void *kcall;
+        /* MAX_POOL_GRAD with check_orig_output: the forward's captured call (into a per-execute y of y_bytes,
+           laid out by y_steps bytes), compared with x2 before kcall - the gradient of a plan without the check
+           - runs; aux keeps the two Python plans that own the calls' tables */
+        PyObject *frecord;
+        const void *fcall;
+        PyObject *aux;
+        size_t y_bytes;
+        int64_t y_steps[4];
     } pg_capi_plan;
     """
     void pg_capi_set_msg(const char *text) nogil
@@ -224,8 +238,18 @@ cdef extern from *:
         poolgrad_tensor sig[4]
         PyObject *record
         const void *kcall
+        PyObject *frecord
+        const void *fcall
+        PyObject *aux
+        size_t y_bytes
+        int64_t y_steps[4]
     void *malloc(size_t) nogil
     void free(void *) nogil
+    int posix_memalign(void **, size_t, size_t) nogil
+
+cdef extern from "pg_dtype.h" nogil:
+    float pg_f16_to_f32(unsigned short h)
+    float pg_bf16_to_f32(unsigned short b)
     int snprintf(char *, size_t, const char *, ...) nogil
 
 cdef extern from *:
@@ -442,6 +466,9 @@ cdef int _plan_create(poolgrad_plan **plan_out, int op, const poolgrad_tensor *t
     cp.op, cp.nin, cp.nout, cp.forward = op, nin, nout, op in (1, 3, 5, 7)
     cp.record = NULL
     cp.kcall = NULL
+    cp.frecord = NULL
+    cp.fcall = NULL
+    cp.aux = NULL
     for i in range(ntensors):
         cp.sig[i] = tensors[i]
         cp.sig[i].data = NULL
@@ -477,14 +504,13 @@ cdef int _make_python_plan(pg_capi_plan *cp, const poolgrad_tensor *tensors,
             _capture_forward_kernel(cp, plan, tensors, examples)
         else:
             _capture_kernel(cp, plan, tensors)
+            if cp.op == 8 and cp.kcall == NULL and params.check_orig_output == 1:
+                _capture_checked_grad(cp, tensors, params)
         Py_INCREF(plan)
         cp.plan = <PyObject *>plan
         return POOLGRAD_OK
     except BaseException:
-        if cp.record != NULL:
-            Py_DECREF(<object>cp.record)
-            cp.record = NULL
-            cp.kcall = NULL
+        _drop_captures(cp)
         return _python_error("poolgrad_plan_create(" + _OP_NAMES[cp.op] + ")")
 
 
@@ -501,6 +527,89 @@ cdef int _capture_kernel(pg_capi_plan *cp, Plan plan, const poolgrad_tensor *ten
     if launch is not None and launch.kernel is not None:
         _adopt_kernel(cp, launch)
     return 0
+
+
+cdef void _drop_captures(pg_capi_plan *cp):
+    """Forget the captured kernel calls (and what keeps their tables alive); execute then takes the GIL path."""
+    if cp.record != NULL:
+        Py_DECREF(<object>cp.record)
+    if cp.frecord != NULL:
+        Py_DECREF(<object>cp.frecord)
+    if cp.aux != NULL:
+        Py_DECREF(<object>cp.aux)
+    cp.record = cp.frecord = cp.aux = NULL
+    cp.kcall = cp.fcall = NULL
+
+
+cdef int _capture_checked_grad(pg_capi_plan *cp, const poolgrad_tensor *tensors,
+                               const poolgrad_params *params) except -1:
+    """MAX_POOL_GRAD with ``check_orig_output``: the Python plan compares x2 with the recomputed maxima in
+    Python (its message names the first mismatch), so it records no kernel call.  Capture instead the calls of
+    two plans of the same signature - the forward (``max_pool`` of x1) and the gradient without the check -
+    which execute runs without the GIL, comparing x2 with the forward's result in between exactly as the
+    Python check does (NaN equals NaN, 16-bit values widened to float32).  A mismatch, or any capture that
+    fails, leaves the call to the checked plan (with the GIL), whose error and message are the Python API's."""
+    cdef poolgrad_params q = params[0]
+    cdef Launch launch
+    cdef int d
+    q.check_orig_output = 0
+    gplan = _python_plan(8, tensors, &q)
+    fplan = _python_plan(7, tensors, &q)        # max_pool of tensors[0] (x1); tensors[1] (x2) is its output
+    _capture_kernel(cp, gplan, tensors)
+    if cp.kcall == NULL:
+        return 0
+    x = _spec_of(&tensors[0]).example()
+    fplan(x)
+    launch = _recorded_launch(fplan, lambda: fplan(x))
+    if (launch is None or launch.kernel is None or launch.nout != 1 or launch._out_ok
+            or launch.out_nd[0] != 4 or tensors[1].ndim != 4):
+        _drop_captures(cp)
+        return 0
+    cp.y_bytes = _ITEM[tensors[0].dtype]
+    for d in range(4):
+        if launch.out_dims[0][d] != tensors[1].shape[d]:
+            _drop_captures(cp)
+            return 0
+        cp.y_steps[d] = launch.out_steps[0][d]
+        cp.y_bytes *= launch.out_dims[0][d]
+    rec = launch.kernel
+    Py_INCREF(rec)
+    cp.frecord = <PyObject *>rec
+    cp.fcall = &(<KernelRecord>rec).call
+    aux = (fplan, gplan)
+    Py_INCREF(aux)
+    cp.aux = <PyObject *>aux
+    return 0
+
+
+cdef bint _same_maxima(const pg_capi_plan *cp, const char *y, const poolgrad_tensor *x2) noexcept nogil:
+    """Whether x2 equals the recomputed maxima y everywhere, as ``tf_max_pool._check_orig_output`` compares
+    (equal, or both NaN; float16 / bfloat16 widened to float32 exactly)."""
+    cdef int64_t i0, i1, i2, i3, xo, yo
+    cdef int item = _ITEM[x2.dtype]
+    cdef const char *xp = <const char *>x2.data
+    cdef double a, b
+    for i0 in range(x2.shape[0]):
+        for i1 in range(x2.shape[1]):
+            for i2 in range(x2.shape[2]):
+                for i3 in range(x2.shape[3]):
+                    xo = (i0 * x2.strides[0] + i1 * x2.strides[1] + i2 * x2.strides[2] + i3 * x2.strides[3]) * item
+                    yo = i0 * cp.y_steps[0] + i1 * cp.y_steps[1] + i2 * cp.y_steps[2] + i3 * cp.y_steps[3]
+                    if x2.dtype == 1:
+                        a = (<const float *>(xp + xo))[0]
+                        b = (<const float *>(y + yo))[0]
+                    elif x2.dtype == 2:
+                        a = (<const double *>(xp + xo))[0]
+                        b = (<const double *>(y + yo))[0]
+                    elif x2.dtype == 3:
+                        a = pg_f16_to_f32((<const unsigned short *>(xp + xo))[0])
+                        b = pg_f16_to_f32((<const unsigned short *>(y + yo))[0])
+                    else:
+                        a = pg_bf16_to_f32((<const unsigned short *>(xp + xo))[0])
+                        b = pg_bf16_to_f32((<const unsigned short *>(y + yo))[0])
+                    if not (a == b or (a != a and b != b)):
+                        return False
+    return True
 
 
 cdef Launch _recorded_launch(Plan plan, object run_again):
@@ -626,10 +735,29 @@ cdef int _plan_execute(poolgrad_plan *plan, const poolgrad_tensor *tensors, int 
             data[i] = <char *>tensors[i].data
             if (<size_t>data[i]) % _ITEM[tensors[i].dtype] != 0:
                 return _run_python_plan(cp, tensors)
+        if cp.fcall != NULL and not _check_x2(cp, tensors):
+            return _run_python_plan(cp, tensors)        # the checked plan raises its message (or, on a
+                                                        # failed allocation, redoes the whole call)
         if run_kernel_call(<const KernelCall *>cp.kcall, data) == 0:
             pg_capi_set_msg(b"")
             return POOLGRAD_OK
     return _run_python_plan(cp, tensors)
+
+
+cdef bint _check_x2(const pg_capi_plan *cp, const poolgrad_tensor *tensors) noexcept nogil:
+    """check_orig_output without the GIL: run the captured forward on x1 into a y of this execute's own and
+    compare x2 with it.  False on a mismatch (or a failed allocation)."""
+    cdef char *fdata[2]
+    cdef void *y = NULL
+    cdef bint same
+    if posix_memalign(&y, 64, cp.y_bytes if cp.y_bytes else 64) != 0:
+        return False
+    fdata[0] = <char *>tensors[0].data
+    fdata[1] = <char *>y
+    same = run_kernel_call(<const KernelCall *>cp.fcall, fdata) == 0 and _same_maxima(cp, <const char *>y,
+                                                                                     &tensors[1])
+    free(y)
+    return same
 
 
 cdef Py_ssize_t _gil_executes = 0     # executes that took the path below (read by tests: gil_executes())
@@ -679,8 +807,7 @@ cdef void _plan_destroy(poolgrad_plan *plan) noexcept nogil:
         return
     with gil:
         Py_DECREF(<object>cp.plan)
-        if cp.record != NULL:
-            Py_DECREF(<object>cp.record)
+        _drop_captures(cp)
     free(cp)
 
 

@@ -44,10 +44,16 @@ cdef struct KernelCall:
     size_t temp_bytes[MAXTEMP]
     int temp_kind[MAXTEMP]
     int64_t temp_expect[MAXTEMP]
+    # the per-call buffers of one run in one block (each at a 64-byte aligned offset), and up to KEEP_SETS
+    # blocks runs gave back for reuse (slots taken and filled atomically: concurrent runs never share one)
+    size_t temp_at[MAXTEMP]
+    size_t block
+    void *spare[KEEP_SETS]
 
 
 # 0: ran; 1: ran, but its flags / hit counters say the data needs the checked path (whose rerun overwrites every
-# output the run wrote); -1: a per-call buffer could not be allocated (nothing ran).
+# output the run wrote); -1: a per-call buffer could not be allocated (nothing ran).  ``c``'s spare blocks are
+# the only thing a run changes in it (atomically).
 cdef int run_kernel_call(const KernelCall *c, char **data) noexcept nogil
 
 
@@ -100,8 +106,12 @@ cdef class Launch:
     # the call below the dispatcher, when its kernel module can record one (see KernelRecord)
     cdef readonly KernelRecord kernel
     cdef bint tried_kernel
+    # whether a replay of ``kernel`` releases the GIL (only for calls whose arrays are big enough: see
+    # NOGIL_BYTES in _launch.pyx)
+    cdef readonly bint releases_gil
 
     cdef object run(self, tuple arrays)
+    cdef object run_split(self, tuple arrays, object out, bint takes_out)
     cdef bint _capture(self, list srcs, tuple args) except -1
     cdef object _run_kernel(self, list srcs, object out)
     cdef object _result(self, list srcs, object out)
@@ -115,3 +125,4 @@ cdef class Runner:
     cdef bint settled       # the plan has said whether it has a record (``launch`` a Launch, or False)
 
     cdef object call(self, tuple arrays)
+    cdef object call_split(self, tuple arrays, object out, bint takes_out)

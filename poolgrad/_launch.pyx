@@ -27,7 +27,7 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdint cimport uint64_t
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 cnp.import_array()
@@ -62,8 +62,36 @@ cdef extern from *:
 cdef extern from * nogil:
     """
     #include <stdlib.h>
+    /* A record's spare per-call blocks: a run takes one (or NULL) by swapping NULL into a slot, and gives it back
+       into an empty slot by compare-and-swap, so two concurrent runs never hold the same block. */
+    static void *pg_launch_take(void **slot) { return __atomic_exchange_n(slot, (void *)0, __ATOMIC_ACQ_REL); }
+    static int pg_launch_give(void **slot, void *block) {
+        void *empty = (void *)0;
+        return __atomic_compare_exchange_n(slot, &empty, block, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    }
     """
     int posix_memalign(void **memptr, size_t alignment, size_t size)
+    void *pg_launch_take(void **slot)
+    int pg_launch_give(void **slot, void *block)
+
+cdef extern from * nogil:
+    """
+    #include <time.h>
+    """
+    cdef struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec *ts)
+    int CLOCK_MONOTONIC
+
+#: A replayed kernel call releases the GIL only when its arrays (sources and outputs) hold at least this many
+#: bytes.  Releasing and taking it back costs about 0.15-0.2 us (two mutex operations and a thread-state swap),
+#: 10-15% of a plan call on 1x1x4x4 - 2x16x8x8 tensors, whose kernels take 0.1-5 us: far below the interpreter's
+#: 5 ms switch interval, so holding the GIL there delays other Python threads by no more than an ordinary
+#: bytecode-heavy call would.  From 256 KiB on (kernels of tens of microseconds and more) other threads run
+#: while the kernel does.  The C API's execute never holds the GIL while a captured call runs.
+NOGIL_BYTES = 256 << 10
+cdef Py_ssize_t _NOGIL_BYTES = NOGIL_BYTES
 
 #: Post-run checks: none; the flag array (int8) must be all zero; the dispatcher's result must be False.
 POST_NONE = 0
@@ -105,14 +133,18 @@ cdef class KernelRecord:
     it.
 
     Per-call buffers (scratch, flags, hit counters: see :func:`record_temp`) are not shared between runs: each
-    run of :func:`run_kernel_call` allocates its own and frees them, so concurrent runs of one record (C API
-    executes from several threads) never meet.  Tables the dispatcher made for the call are kept alive in
-    ``keep``."""
+    run of :func:`run_kernel_call` holds a block of them that no other run holds (one of the record's spare
+    blocks, taken atomically, or a new one), so concurrent runs of one record (C API executes from several
+    threads) never meet.  Tables the dispatcher made for the call are kept alive in ``keep``."""
 
     def __cinit__(self):
+        cdef int k
         self.call.ctx = NULL
         self.call.npatch = 0
         self.call.ntemp = 0
+        self.call.block = 0
+        for k in range(KEEP_SETS):
+            self.call.spare[k] = NULL
         self.filled = False
         self.keep = []
 
@@ -122,7 +154,10 @@ cdef class KernelRecord:
         return tuple(self.call.temp_kind[k] for k in range(self.call.ntemp))
 
     def __dealloc__(self):
+        cdef int k
         free(self.call.ctx)
+        for k in range(KEEP_SETS):
+            free(self.call.spare[k])
 
     cdef bint bind(self, list sources) except -1:
         """Record which pointer-sized fields of the struct address a source (a word inside the source's byte
@@ -145,7 +180,7 @@ cdef class KernelRecord:
             temp = False
             for k in range(c.ntemp):
                 temp = temp or c.temp_off[k] == off
-            if temp:            # a per-call buffer: each run allocates its own
+            if temp:            # a per-call buffer: each run has its own
                 continue
             w = (<char **>(c.ctx + off))[0]
             match = -1
@@ -166,48 +201,59 @@ cdef class KernelRecord:
 
 cdef int run_kernel_call(const KernelCall *c, char **data) noexcept nogil:
     """Run a captured call on the arrays whose data pointers are ``data`` (in source order): a copy of the
-    struct with its source pointers moved there and its per-call buffers freshly allocated (scratch as is,
-    flags and hit counters zeroed, as the dispatcher's callers pass them).  Returns 0, or 1 when the buffers
-    say that the data needs the checked path (the caller then reruns it through the plan, which redoes every
-    output), or -1 when a buffer could not be allocated (nothing ran)."""
+    struct with its source pointers moved there and its per-call buffers in a block of its own (scratch as is,
+    flags and hit counters zeroed, as the dispatcher's callers pass them).  The block is one the record keeps
+    spare, taken atomically, else a new one; afterwards it goes back to a free spare slot, else it is freed.
+    (Allocating and freeing the buffers on every run - ``posix_memalign``, ``calloc``, ``free``, glibc's
+    ``malloc_consolidate`` - took 29% of the perf samples of a loop of 1x1x4x4 average-pooling-gradient kernel
+    calls.)  Returns 0, or 1 when the
+    buffers say that the data needs the checked path (the caller then reruns it through the plan, which
+    redoes every output), or -1 when the block could not be allocated (nothing ran)."""
     cdef uint64_t buf[MAXCTX_WORDS]       # MAXCTX bytes, aligned for any field
-    cdef void *temp[MAXTEMP]
+    cdef char *block = NULL
+    cdef char *temp
     cdef int k, status = 0
     cdef size_t i, n
     cdef int64_t total
+    cdef void **spare = (<KernelCall *>c).spare       # the one part of the record a run changes (atomically)
     memcpy(buf, c.ctx, c.size)
     for k in range(c.npatch):
         (<char **>((<char *>buf) + c.patch_off[k]))[0] = data[c.patch_src[k]] + c.patch_delta[k]
-    for k in range(c.ntemp):
-        temp[k] = NULL
-        if c.temp_kind[k] == TEMP_SCRATCH:
-            # the pools' scratch rows start on cache lines (memory.thread_rows); keep that
-            if posix_memalign(&temp[k], 64, c.temp_bytes[k] if c.temp_bytes[k] else 64) != 0:
-                temp[k] = NULL
-        else:
-            temp[k] = calloc(c.temp_bytes[k] if c.temp_bytes[k] else 1, 1)
-        if temp[k] == NULL:
-            while k > 0:
-                k -= 1
-                free(temp[k])
+    if c.ntemp:
+        for k in range(KEEP_SETS):
+            block = <char *>pg_launch_take(&spare[k])
+            if block != NULL:
+                break
+        # the pools' scratch rows start on cache lines (memory.thread_rows); every buffer of the block does
+        if block == NULL and posix_memalign(<void **>&block, 64, c.block) != 0:
             return -1
-        (<void **>((<char *>buf) + c.temp_off[k]))[0] = temp[k]
+        for k in range(c.ntemp):
+            temp = block + c.temp_at[k]
+            if c.temp_kind[k] != TEMP_SCRATCH:
+                memset(temp, 0, c.temp_bytes[k])
+            (<void **>((<char *>buf) + c.temp_off[k]))[0] = temp
     c.fn(buf, c.nitems, c.nthreads, c.code)
     for k in range(c.ntemp):
+        temp = block + c.temp_at[k]
         if c.temp_kind[k] == TEMP_FLAGS:
             n = c.temp_bytes[k]
             for i in range(n):
-                if (<const char *>temp[k])[i]:
+                if temp[i]:
                     status = 1
                     break
         elif c.temp_kind[k] == TEMP_HITS:
             n = c.temp_bytes[k] // sizeof(int64_t)
             total = 0
             for i in range(n):
-                total += (<const int64_t *>temp[k])[i]
+                total += (<const int64_t *>temp)[i]
             if total != c.temp_expect[k]:
                 status = 1
-        free(temp[k])
+    if block != NULL:
+        for k in range(KEEP_SETS):
+            if pg_launch_give(&spare[k], block):
+                block = NULL
+                break
+        free(block)
     return status
 
 
@@ -247,12 +293,15 @@ cdef int record_temp(object record, const void *ctx, const void *field, size_t n
         free(c.ctx)
         c.ctx = NULL
         c.ntemp = 0
+        c.block = 0
         rec.filled = False
         return 0
     c.temp_off[c.ntemp] = off
     c.temp_bytes[c.ntemp] = nbytes
     c.temp_kind[c.ntemp] = kind
     c.temp_expect[c.ntemp] = expect
+    c.temp_at[c.ntemp] = c.block
+    c.block += (max(nbytes, 1) + 63) & ~(<size_t>63)
     c.ntemp += 1
     return 0
 
@@ -280,7 +329,7 @@ cdef class Launch:
         struct it built) instead of running.  The first replay then captures the call below the dispatcher and
         later ones run it straight from compiled code (:meth:`KernelRecord.run`), which the C API can do without
         the GIL.  The struct may address per-call scratch, flags and hit counters only where the dispatcher
-        records them as such (``record_temp``: each replay allocates its own, and one whose flags or hit counts
+        records them as such (``record_temp``: each replay has its own, and one whose flags or hit counts
         say the data needs the checked path returns None) and tables it made for the call only where it keeps
         them (``record_keep``).
     """
@@ -309,6 +358,7 @@ cdef class Launch:
         self.post = POST_NONE
         self._out_ok = False
         self.ncheck = 0
+        self.releases_gil = True
 
     def output(self, cnp.ndarray example):
         """Allocate, on every run, an output like ``example`` (dtype, shape, strides); it becomes source
@@ -509,6 +559,10 @@ cdef class Launch:
         if self.post != POST_NONE and not checks:
             return False
         if rec.bind(srcs):
+            total = 0
+            for a in srcs:
+                total += cnp.PyArray_NBYTES(<cnp.ndarray>a)
+            self.releases_gil = total >= _NOGIL_BYTES
             self.kernel = rec
             return True
         return False
@@ -519,13 +573,94 @@ cdef class Launch:
         cdef KernelRecord rec = self.kernel
         for k in range(len(srcs)):
             data[k] = _data(srcs[k])
-        with nogil:
+        if self.releases_gil:
+            with nogil:
+                status = run_kernel_call(&rec.call, data)
+        else:
             status = run_kernel_call(&rec.call, data)
         if status < 0:
             raise MemoryError()
         if status > 0:          # the data needs the plan's checked path
             return None
         return self._result(srcs, out)
+
+    def kernel_ns(self, *arrays, Py_ssize_t reps=1000):
+        """Median nanoseconds of one run of the captured kernel call (``kernel``, None when there is none) on
+        ``arrays`` (the sources: the call's arrays, then its outputs), over ``reps`` runs in rounds of
+        ``reps // 9`` - the kernel's share of a plan call (its per-call buffers included), for
+        bench/plan_overhead.py.  The arrays are trusted to have the plan's signature (a benchmark's own)."""
+        cdef char *data[MAXSRC]
+        cdef int k, status = 0
+        cdef Py_ssize_t r, i, per = max(1, reps // 9)
+        cdef timespec t0, t1
+        cdef KernelRecord rec = self.kernel
+        if rec is None:
+            return None
+        if len(arrays) != self.nsrc + self.nout:
+            raise ValueError(f"expected {self.nsrc + self.nout} arrays")
+        for k in range(len(arrays)):
+            data[k] = _data(arrays[k])
+        rounds = []
+        for r in range(9):
+            with nogil:
+                clock_gettime(CLOCK_MONOTONIC, &t0)
+                for i in range(per):
+                    status |= run_kernel_call(&rec.call, data)
+                clock_gettime(CLOCK_MONOTONIC, &t1)
+            rounds.append(((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / per)
+        if status < 0:
+            raise MemoryError()
+        return sorted(rounds)[4]
+
+    cdef object run_split(self, tuple arrays, object out, bint takes_out):
+        """:meth:`run` for a caller that passes ``out`` apart (``takes_out``: the plan's calls take one; None
+        allocates).  Once the kernel call is captured this is the whole per-call path, written without the
+        list and tuples :meth:`run` builds (0.1-0.2 us of a tiny call); before that, and for records that call
+        their dispatcher, it is :meth:`run`."""
+        cdef char *data[MAXSRC]
+        cdef char *lo
+        cdef char *hi
+        cdef char *lo2
+        cdef char *hi2
+        cdef int k, status
+        cdef object a0, a1, res
+        cdef tuple outs
+        cdef KernelRecord rec = self.kernel
+        if rec is None or PyTuple_GET_SIZE(arrays) != self.nsrc:
+            return self.run(arrays + (out,) if takes_out else arrays)
+        for k in range(self.nsrc):
+            data[k] = _data(<object>PyTuple_GET_ITEM(arrays, k))
+        if out is not None:
+            if not self._out_ok:
+                return None
+            if _extent(<cnp.ndarray>out, &lo, &hi):
+                for k in range(self.ncheck):
+                    if (_extent(<cnp.ndarray>PyTuple_GET_ITEM(arrays, self.check_src[k]), &lo2, &hi2)
+                            and lo < hi2 and lo2 < hi):
+                        return None
+            data[self.nsrc] = _data(out)
+            res = out
+        elif self.nout == 1:
+            res = pg_launch_alloc(self.out_descr[0], self.out_nd[0], self.out_dims[0], self.out_steps[0])
+            data[self.nsrc] = _data(res)
+        elif self.nout == 2:
+            a0 = pg_launch_alloc(self.out_descr[0], self.out_nd[0], self.out_dims[0], self.out_steps[0])
+            a1 = pg_launch_alloc(self.out_descr[1], self.out_nd[1], self.out_dims[1], self.out_steps[1])
+            data[self.nsrc] = _data(a0)
+            data[self.nsrc + 1] = _data(a1)
+            res = (a0, a1)
+        else:
+            return self.run(arrays + (out,) if takes_out else arrays)
+        if self.releases_gil:
+            with nogil:
+                status = run_kernel_call(&rec.call, data)
+        else:
+            status = run_kernel_call(&rec.call, data)
+        if status < 0:
+            raise MemoryError()
+        if status > 0:          # the data needs the plan's checked path
+            return None
+        return res
 
     cdef object _result(self, list srcs, object out):
         if out is not None:
@@ -591,3 +726,14 @@ cdef class Runner:
             if r is not None:
                 return r
         return self.plan(*arrays)
+
+    cdef object call_split(self, tuple arrays, object out, bint takes_out):
+        """:meth:`call` with ``out`` passed apart (``takes_out``: the plan's calls take it, None or an array)."""
+        cdef object r
+        cdef Launch launch = self.launch
+        if launch is not None:
+            r = launch.run_split(arrays, out, takes_out)
+            if r is not None:
+                return r
+            return self.plan(*arrays, out) if takes_out else self.plan(*arrays)
+        return self.call(arrays + (out,) if takes_out else arrays)

@@ -25,8 +25,10 @@ falls back to the operator's own run whenever the data needs a check's message.
 
 Thread safety: a plan holds no per-call state.  Its scratch arrays come from a pool per plan (a run takes a set no
 other run holds and gives it back), decisions taken on the first run are idempotent, the launch record is
-read-only once made (each replay copies what it fills in), and the kernels release the GIL, so several Python
-threads may call one plan at once.
+read-only once made (each replay copies what it fills in), so several Python threads may call one plan at
+once.  The kernels release the GIL while they run, except a replayed kernel call on arrays of less than
+``poolgrad._launch.NOGIL_BYTES`` (256 KiB) in all: releasing and retaking the GIL would cost 10-15% of such a
+call, whose kernel takes microseconds.
 """
 from __future__ import annotations
 

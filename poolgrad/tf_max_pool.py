@@ -210,8 +210,9 @@ class _Pool:
             scratch_pool.give(scratch)
         if ("launch", nthreads) not in self.memo:
             # the first run's kernel call, recorded for _launch.Runner (sources x 0, y 1; the int32 zeros are
-            # only read; the planes path's scratch comes from its pool on every replay)
-            rec = Launch(_tf_max_pool.max_pool, args, 1)
+            # only read; the planes path's scratch comes from its pool on every replay, or is the per-call
+            # buffer of a replay of the call captured below the dispatcher)
+            rec = Launch(_tf_max_pool.max_pool, args, 1, kernel_records=True)
             self.memo[("launch", nthreads)] = (rec.output(y) and rec.view(1, 0, x, xk) and rec.view(2, 1, y, yk)
                                                and (not groups or rec.scratch(scratch_pool, scratch)) and rec)
         return y
@@ -391,7 +392,7 @@ def _grad_launch(pool: _Pool, args: tuple[Any, ...], taken: tuple[np.ndarray, np
     """The launch record of the fused gradient's call ``args``, which took the scratch set ``taken`` (sources x1
     0, x2 1, grad 2, grad_x 3), or False where a replay could not do what the run does (copies, a large grad_x
     from the block cache)."""
-    rec = Launch(_tf_max_pool.max_pool_grad, args, 3)
+    rec = Launch(_tf_max_pool.max_pool_grad, args, 3, kernel_records=True)
     if not rec.scratch(pool.memo[("grad", nthreads)][7], taken) or (allocates and not rec.output(gx)):
         return False
     if not allocates:

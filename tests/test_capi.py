@@ -330,6 +330,27 @@ def test_c_example_from_several_threads(tmp_path):
     assert res.returncode == 0, res.stderr
     statuses = [s for s, _ in eval(res.stdout)]
     assert statuses == [NULLPTR, INVALID, INVALID, INVALID, OK, NULLPTR, INVALID, NULLPTR, INVALID, OK]
+    res = _run(tmp_path / "c", TF_CHECK)
+    assert res.returncode == 0 and res.stdout.strip() == "ok 0", res.stdout + res.stderr
+
+
+# TensorFlow's MaxPoolGrad through the C example (op 8): 4 POSIX threads, none taking the GIL in execute.
+TF_CHECK = """
+import numpy as np, poolgrad as pg, pg_c_example as m
+from poolgrad import _capi
+rng = np.random.default_rng(6)
+x = rng.standard_normal((2, 16, 8, 8)).astype(np.float32)
+ks = [1, 1, 3, 3]
+st = [1, 1, 2, 2]
+y = pg.max_pool(x, ks, st, "VALID", "NCHW")
+g = rng.standard_normal(y.shape).astype(np.float32)
+out = np.full((4,) + x.shape, np.nan, np.float32)
+before = _capi.gil_executes()
+m.backward(x, y, g, out, 3, 2, 4, 25, 8)
+ref = pg.max_pool_grad(x, y, g, ks, st, "VALID", "NCHW")
+assert all(np.array_equal(o, ref) for o in out), "mismatch"
+print("ok", _capi.gil_executes() - before)
+"""
 
 
 def test_cython_example_in_a_nogil_prange(tmp_path):
@@ -337,6 +358,9 @@ def test_cython_example_in_a_nogil_prange(tmp_path):
     _build("cython_ext", tmp_path / "cy")
     res = _run(tmp_path / "cy", CHECK.format(mod="pg_cy_example", args="25"))
     assert res.returncode == 0 and res.stdout.startswith("ok " + ROOT), res.stdout + res.stderr
+    res = _run(tmp_path / "cy", TF_CHECK.replace("pg_c_example", "pg_cy_example")
+               .replace("m.backward(x, y, g, out, 3, 2, 4, 25, 8)", "m.tf_backward(x, y, g, out, 3, 2, 25)"))
+    assert res.returncode == 0 and res.stdout.strip() == "ok 0", res.stdout + res.stderr
 
 
 def test_header_newer_than_the_library_fails_cleanly_at_import(tmp_path):
@@ -417,27 +441,126 @@ def test_max_pooling_grad_executes_without_the_gil():
         API.plan_destroy(plan)
 
 
-def test_other_operators_execute_through_the_gil_path():
-    """The operators whose kernel modules cannot yet record a call below their dispatcher (TensorFlow's
-    max_pool and max_pool_grad) take the GIL in execute (docs/C_API.md says which)."""
+# TensorFlow max pooling configurations, one per kernel path its plans capture below the dispatcher: (NCHW shape,
+# data format (1: NHWC), ksize, strides, padding, threads, the path).
+TF_PASSES = [
+    ((2, 16, 8, 8), 0, 2, 2, "VALID", 1, "planes"),     # groups of small NCHW planes as channels-last tiles
+    ((1, 3, 40, 37), 0, 3, 2, "SAME", 2, "plane"),      # big NCHW planes: the plane rows, bands over 2 threads
+    ((2, 16, 12, 12), 1, 3, 2, "SAME", 2, "channel"),   # channels-last, lanes over C
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("case", TF_PASSES, ids=lambda c: c[-1])
+def test_tf_max_pool_executes_without_the_gil(case, dtype):
+    """TensorFlow's max_pool and max_pool_grad plans hold their kernel calls captured below the dispatcher:
+    executes run them without the GIL (each with per-call rings and scratch of its own), from several threads
+    at once, with the Python API's bits; an out that meets an input still takes the checked path and its
+    message."""
+    shape, layout, k, s, pad, nt, _ = case
+    fmt = ("NCHW", "NHWC")[layout]
+    ks, st = ([1, 1, k, k], [1, 1, s, s]) if layout == 0 else ([1, k, k, 1], [1, s, s, 1])
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal(shape).astype(dtype)
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    x.flat[::7] = x.flat[1::7]                              # ties: the first maximum wins
+    y = pg.max_pool(x, ks, st, pad, fmt, num_threads=nt)
+    gs = [rng.standard_normal(y.shape).astype(dtype) for _ in range(4)]
+    wants = [pg.max_pool_grad(x, y, g, ks, st, pad, fmt, num_threads=nt) for g in gs]
+    xs = [rng.standard_normal(x.shape).astype(dtype) for _ in range(4)]
+    fwants = [pg.max_pool(v, ks, st, pad, fmt, num_threads=nt) for v in xs]
+    outs = [np.full_like(x, np.nan) for _ in gs]
+    fouts = [np.full_like(y, np.nan) for _ in xs]
+    pr = params(kernel=(k, k), stride=(s, s), tf_padding=int(pad == "SAME"), layout=layout, num_threads=nt)
+    status, bplan = create(8, [x, y, gs[0], outs[0]], pr)
+    assert status == OK, error()
+    status, fplan = create(7, [xs[0], fouts[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(bplan, [x, y, gs[j], outs[j]]))
+            statuses.append(execute(fplan, [xs[j], fouts[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        _in_threads(work, 4)
+        assert statuses == [OK] * 80 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
+        assert all(_same(o, w) for o, w in zip(fouts, fwants))
+        assert execute(bplan, [x, y, gs[0], x]) == INVALID and "out: must not share memory with x1" in error()
+        assert _capi.gil_executes() == before + 1
+    finally:
+        API.plan_destroy(bplan)
+        API.plan_destroy(fplan)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, bfloat16])
+@pytest.mark.parametrize("layout", [0, 1], ids=["NCHW", "NHWC"])
+def test_tf_max_pool_grad_checks_x2_without_the_gil(dtype, layout):
+    """MAX_POOL_GRAD with check_orig_output: execute runs the captured forward, compares x2 with it (NaN equals
+    NaN, 16-bit values widened) and runs the captured gradient, all without the GIL, from several threads at
+    once; an x2 that differs anywhere takes the checked plan: the Python API's error, word for word, and out
+    left as it was."""
+    fmt = ("NCHW", "NHWC")[layout]
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
-    ks, st = [1, 1, 2, 2], [1, 1, 2, 2]
-    p = params(kernel=(2, 2), stride=(2, 2), layout=0)
-    y = pg.max_pool(x, ks, st, "VALID", "NCHW")
-    cy = np.empty_like(y)
-    g = rng.standard_normal(y.shape).astype(np.float32)
-    gx = np.empty_like(x)
-    for op, arrays, want in ((7, [x, cy], y), (8, [x, y, g, gx], pg.max_pool_grad(x, y, g, ks, st, "VALID", "NCHW"))):
-        status, plan = create(op, arrays, p)
-        assert status == OK, error()
-        try:
-            before = _capi.gil_executes()
-            assert execute(plan, arrays) == OK, error()
-            assert _capi.gil_executes() == before + 1
-            assert _same(arrays[-1], want)
-        finally:
-            API.plan_destroy(plan)
+    x = rng.standard_normal((2, 16, 7, 9)).astype(dtype)
+    x[0, 1, 2, 3] = np.nan
+    if layout:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    ks, st = ([1, 1, 3, 3], [1, 1, 2, 2]) if layout == 0 else ([1, 3, 3, 1], [1, 2, 2, 1])
+    y = pg.max_pool(x, ks, st, "SAME", fmt)
+    assert np.isnan(y.astype(np.float32)).any()
+    gs = [rng.standard_normal(y.shape).astype(dtype) for _ in range(4)]
+    wants = [pg.max_pool_grad(x, y, g, ks, st, "SAME", fmt) for g in gs]
+    outs = [np.full_like(x, np.nan) for _ in gs]
+    pr = params(kernel=(3, 3), stride=(2, 2), tf_padding=1, layout=layout, check_orig_output=1, num_threads=1)
+    status, plan = create(8, [x, y, gs[0], outs[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [x, y, gs[j], outs[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        _in_threads(work, 4)
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
+        wrong = y.copy()
+        wrong.flat[wrong.size - 3] = 7
+        with pytest.raises(pg.ParamInvalidError) as exc:
+            pg.max_pool_grad(x, wrong, gs[0], ks, st, "SAME", fmt, check_orig_output=True)
+        kept = outs[0].copy()
+        assert execute(plan, [x, wrong, gs[0], outs[0]]) == INVALID and str(exc.value) in error()
+        assert _same(outs[0], kept)
+        assert _capi.gil_executes() == before + 1
+    finally:
+        API.plan_destroy(plan)
+
+
+def test_tf_max_pool_grad_composed_path_takes_the_gil():
+    """What the GIL-free execute of max_pool_grad leaves to the checked path: the composed gradient of
+    channels-last inputs with few channels (two kernel calls: the argmax forward, then the scatter), whose
+    result is the Python API's."""
+    rng = np.random.default_rng(9)
+    xl = np.ascontiguousarray(rng.standard_normal((2, 3, 8, 8)).astype(np.float32).transpose(0, 2, 3, 1))
+    ksl, stl = [1, 2, 2, 1], [1, 2, 2, 1]
+    yl = pg.max_pool(xl, ksl, stl, "VALID", "NHWC")
+    gl = rng.standard_normal(yl.shape).astype(np.float32)
+    gxl = np.empty_like(xl)
+    status, plan = create(8, [xl, yl, gl, gxl], params(kernel=(2, 2), stride=(2, 2), layout=1))
+    assert status == OK, error()
+    try:
+        before = _capi.gil_executes()
+        assert execute(plan, [xl, yl, gl, gxl]) == OK, error()
+        assert _capi.gil_executes() == before + 1
+        assert _same(gxl, pg.max_pool_grad(xl, yl, gl, ksl, stl, "VALID", "NHWC"))
+    finally:
+        API.plan_destroy(plan)
 
 
 def test_one_c_plan_from_several_threads_without_the_gil():

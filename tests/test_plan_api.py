@@ -277,3 +277,59 @@ def test_empty_batch_through_a_plan_made_from_specs():
     assert _same(plan(y, x, ind), pg.max_pool2d_with_indices_backward(y, x, ind, 2))
     fplan = pg.plan_max_pool2d_with_indices(pg.ArraySpec(x.shape, x.dtype), 2)
     assert _same(fplan(x), (y, ind))
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 8, 8), (1, 3, 40, 37)], ids=["small planes", "big planes"])
+def test_one_thread_kernels_give_the_bits_of_the_parallel_loop(shape):
+    """With one thread the kernel runners loop over the work items without an OpenMP region; the bits are
+    those of the parallel loop at two threads (every operator whose plan replays a kernel call)."""
+    x = _x(shape)
+    y, ind = pg.max_pool2d_with_indices(x, 3, 2, 1)
+    go = RNG.standard_normal(y.shape).astype(np.float32)
+    ks, st = [1, 1, 3, 3], [1, 1, 2, 2]
+    ty = pg.max_pool(x, ks, st, "SAME", "NCHW")
+    tg = RNG.standard_normal(ty.shape).astype(np.float32)
+    makers = [
+        (lambda n: pg.plan_max_pool2d_with_indices(x, 3, 2, 1, num_threads=n), (x,)),
+        (lambda n: pg.plan_max_pool2d_with_indices_backward(go, x, ind, 3, 2, 1, deterministic=True,
+                                                            num_threads=n), (go, x, ind)),
+        (lambda n: pg.plan_avg_pool2d(x, 3, 2, 1, num_threads=n), (x,)),
+        (lambda n: pg.plan_avg_pool2d_backward(go, x, 3, 2, 1, num_threads=n), (go, x)),
+        (lambda n: pg.plan_max_pool(x, ks, st, "SAME", "NCHW", num_threads=n), (x,)),
+        (lambda n: pg.plan_max_pool_grad(x, ty, tg, ks, st, "SAME", "NCHW", num_threads=n), (x, ty, tg)),
+    ]
+    for make, args in makers:
+        one, two = make(1), make(2)
+        for _ in range(2):          # the first call records the launch, the second replays it
+            a, b = one(*args), two(*args)
+            assert _same(a, b)
+        assert one._launch_record is not None and one._launch_record.kernel is not None
+
+
+def test_kernel_calls_from_several_python_threads_never_share_a_buffer():
+    """A replayed kernel call takes one of its record's spare per-call blocks (or a new one) atomically: four
+    threads running one TensorFlow gradient plan (its rings are per-call scratch) get the single-thread bits."""
+    x = _x((2, 16, 8, 8))
+    ks, st = [1, 1, 3, 3], [1, 1, 1, 1]
+    y = pg.max_pool(x, ks, st, "SAME", "NCHW")
+    gs = [RNG.standard_normal(y.shape).astype(np.float32) for _ in range(4)]
+    wants = [pg.max_pool_grad(x, y, g, ks, st, "SAME", "NCHW") for g in gs]
+    plan = pg.plan_max_pool_grad(x, y, gs[0], ks, st, "SAME", "NCHW", num_threads=1)
+    plan(x, y, gs[0])
+    plan(x, y, gs[0])               # the first call records the launch, the second captures the kernel call
+    launch = plan._launch_record
+    assert launch.kernel is not None and launch.kernel.temps == (0, 0)        # rings, row offsets
+    assert launch.kernel_ns(x, y, gs[0], np.empty_like(x), reps=18) > 0
+    errors: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(50):
+            if not _same(plan(x, y, gs[k]), wants[k]):
+                errors.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -5,7 +5,9 @@
  *       grad_output, x: float32 4-D buffers; indices: int64 buffer; out: writeable float32 buffer of shape
  *       (threads, *x.shape).  Thread t runs the plan `reps` times writing out[t].  Returns None or raises
  *       RuntimeError with poolgrad's status and message.  With op=POOLGRAD_MAX_POOLING_GRAD (9) the arguments
- *       are dy, x, y (all float32) and out; kernel and stride are ignored.
+ *       are dy, x, y (all float32) and out; kernel and stride are ignored.  With op=POOLGRAD_MAX_POOL_GRAD (8,
+ *       TensorFlow's MaxPoolGrad, NCHW, VALID) they are x1, x2, grad (all float32) and out of shape
+ *       (threads, *x1.shape).
  *   error_statuses()
  *       [(status, message), ...] for deliberate misuse: NULL plan pointer, NULL data, a bad stride, an unknown
  *       operator, a tensor count that does not match.
@@ -78,11 +80,13 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOnnii|i", &go_obj, &x_obj, &ind_obj, &out_obj, &kernel, &stride, &threads,
                           &reps, &op))
         return NULL;
-    if (op != POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD && op != POOLGRAD_MAX_POOLING_GRAD) {
-        PyErr_SetString(PyExc_ValueError, "op must be POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD or _MAX_POOLING_GRAD");
+    if (op != POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD && op != POOLGRAD_MAX_POOLING_GRAD &&
+        op != POOLGRAD_MAX_POOL_GRAD) {
+        PyErr_SetString(PyExc_ValueError, "op must be POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD, _MAX_POOLING_GRAD "
+                                          "or _MAX_POOL_GRAD");
         return NULL;
     }
-    third = op == POOLGRAD_MAX_POOLING_GRAD ? POOLGRAD_FLOAT32 : POOLGRAD_INT64;
+    third = op == POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD ? POOLGRAD_INT64 : POOLGRAD_FLOAT32;
     if (threads < 1 || threads > 16) {
         PyErr_SetString(PyExc_ValueError, "threads must be 1..16");
         return NULL;
@@ -98,8 +102,8 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     if (strcmp(go.format, "f") || strcmp(x.format, "f") || strcmp(out.format, "f") ||
         (third == POOLGRAD_INT64 ? strcmp(ind.format, "l") && strcmp(ind.format, "q") : strcmp(ind.format, "f")) ||
         out.ndim != x.ndim + 1 || out.shape[0] != threads) {
-        PyErr_SetString(PyExc_ValueError, "expected float32 grad_output/x/out, int64 indices (float32 y), out of "
-                                          "shape (threads, *x.shape)");
+        PyErr_SetString(PyExc_ValueError, "expected float32 grad_output/x/out, int64 indices (float32 y, grad), "
+                                          "out of shape (threads, *x.shape)");
         goto fail_out;
     }
     if (tensor_of(&go, POOLGRAD_FLOAT32, &tensors[0]) || tensor_of(&x, POOLGRAD_FLOAT32, &tensors[1]) ||
@@ -116,7 +120,7 @@ static PyObject *backward(PyObject *self, PyObject *args) {
     }
 
     poolgrad_params_init(&params);
-    params.kernel[0] = params.kernel[1] = kernel;
+    params.kernel[0] = params.kernel[1] = kernel;     /* TensorFlow's ksize / strides too (H and W) */
     params.stride[0] = params.stride[1] = stride;
     params.num_threads = 1;        /* one OpenMP thread per call: the parallelism is ours */
     params.deterministic = 1;

@@ -6,6 +6,9 @@ backward(grad_output, x, indices, out, kernel, stride, reps)
     grad_output, x: float32 C-contiguous 4-D arrays; indices: int64, grad_output's shape; out: float32
     C-contiguous array of shape (T, *x.shape).  Iteration t of the parallel block writes out[t]; each runs the plan
     ``reps`` times.  Raises RuntimeError with poolgrad's status and message on failure.
+tf_backward(x1, x2, grad, out, kernel, stride, reps)
+    The same for TensorFlow's MaxPoolGrad (NCHW, VALID padding): x1, x2, grad float32 C-contiguous 4-D arrays,
+    out of shape (T, *x1.shape).
 """
 cimport openmp
 from cython.parallel cimport parallel
@@ -31,6 +34,35 @@ def backward(float[:, :, :, ::1] grad_output, float[:, :, :, ::1] x, int64_t[:, 
     cdef int64_t go_shape[4]
     cdef int64_t x_shape[4]
     cdef poolgrad_tensor tensors[4]
+    cdef int d
+    for d in range(4):
+        go_shape[d] = grad_output.shape[d]
+        x_shape[d] = x.shape[d]
+    poolgrad_tensor_init(&tensors[0], &grad_output[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, go_shape)
+    poolgrad_tensor_init(&tensors[1], &x[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, x_shape)
+    poolgrad_tensor_init(&tensors[2], &indices[0, 0, 0, 0], POOLGRAD_INT64, 4, go_shape)
+    _in_parallel(POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD, tensors, x_shape, out, kernel, stride, reps)
+
+
+def tf_backward(float[:, :, :, ::1] x1, float[:, :, :, ::1] x2, float[:, :, :, ::1] grad,
+                float[:, :, :, :, ::1] out, int kernel, int stride, int reps):
+    cdef int64_t x_shape[4]
+    cdef int64_t y_shape[4]
+    cdef poolgrad_tensor tensors[4]
+    cdef int d
+    for d in range(4):
+        x_shape[d] = x1.shape[d]
+        y_shape[d] = x2.shape[d]
+    poolgrad_tensor_init(&tensors[0], &x1[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, x_shape)
+    poolgrad_tensor_init(&tensors[1], &x2[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, y_shape)
+    poolgrad_tensor_init(&tensors[2], &grad[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, y_shape)
+    _in_parallel(POOLGRAD_MAX_POOL_GRAD, tensors, x_shape, out, kernel, stride, reps)
+
+
+cdef _in_parallel(int op, poolgrad_tensor *tensors, const int64_t *x_shape, float[:, :, :, :, ::1] out,
+                  int kernel, int stride, int reps):
+    """Plan ``op`` on the three inputs in ``tensors`` (the output, tensors[3], of x's shape) and run it from
+    every thread of an OpenMP parallel block, iteration t writing out[t]."""
     cdef poolgrad_params params
     cdef poolgrad_plan *plan = NULL
     cdef int d, status
@@ -38,21 +70,16 @@ def backward(float[:, :, :, ::1] grad_output, float[:, :, :, ::1] x, int64_t[:, 
     cdef int failed = 0
     cdef int failed_status = 0
     for d in range(4):
-        go_shape[d] = grad_output.shape[d]
-        x_shape[d] = x.shape[d]
-        if out.shape[d + 1] != x.shape[d]:
+        if out.shape[d + 1] != x_shape[d]:
             raise ValueError("out must have shape (T, *x.shape)")
-    poolgrad_tensor_init(&tensors[0], &grad_output[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, go_shape)
-    poolgrad_tensor_init(&tensors[1], &x[0, 0, 0, 0], POOLGRAD_FLOAT32, 4, x_shape)
-    poolgrad_tensor_init(&tensors[2], &indices[0, 0, 0, 0], POOLGRAD_INT64, 4, go_shape)
     poolgrad_tensor_init(&tensors[3], NULL, POOLGRAD_FLOAT32, 4, x_shape)   # data is set per iteration
     poolgrad_params_init(&params)
-    params.kernel[0] = params.kernel[1] = kernel
+    params.kernel[0] = params.kernel[1] = kernel        # TensorFlow's ksize / strides too (H and W, NCHW)
     params.stride[0] = params.stride[1] = stride
     params.num_threads = 1          # the loop below is the parallelism
     params.deterministic = 1
     with nogil:
-        status = poolgrad_plan_create(&plan, POOLGRAD_MAX_POOL2D_WITH_INDICES_BACKWARD, tensors, 4, &params)
+        status = poolgrad_plan_create(&plan, op, tensors, 4, &params)
     if status != POOLGRAD_OK:
         raise RuntimeError(f"plan_create: status {status}: {poolgrad_last_error().decode()}")
     try:
