@@ -57,8 +57,10 @@ def max_pool2d_with_indices_backward(grad_output: np.ndarray, x_shape: tuple[int
     """grad_x[n, c].flat[indices] += grad_output, in float64, outputs visited in row-major order."""
     N, C, H, W = x_shape
     gx = np.zeros((N, C, H * W))
-    go = grad_output.astype(np.float64)
-    for n in range(N):
-        for c in range(C):
-            np.add.at(gx[n, c], indices[n, c].reshape(-1), go[n, c].reshape(-1))
+    # NaN gradients are valid input (signalling ones too, which the widening and the adds flag as invalid)
+    with np.errstate(invalid="ignore"):
+        go = grad_output.astype(np.float64)
+        for n in range(N):
+            for c in range(C):
+                np.add.at(gx[n, c], indices[n, c].reshape(-1), go[n, c].reshape(-1))
     return gx.reshape(N, C, H, W)
