@@ -364,6 +364,7 @@ cdef object _view_of(const poolgrad_tensor *t, bint writeable):
 cdef object _python_plan(int op, const poolgrad_tensor *tensors, const poolgrad_params *p):
     """Make the Python Plan for a C plan request (raises what the Python API raises)."""
     import poolgrad.plan_api as api
+    import poolgrad.tf_max_pool as tf_max_pool
     cdef int nin = _NIN[op]
     layout = {0: "NCHW", 1: "NHWC"}.get(p.layout)
     if layout is None:
@@ -417,8 +418,11 @@ cdef object _python_plan(int op, const poolgrad_tensor *tensors, const poolgrad_
         if op == 7:
             return api.plan_max_pool(ins[0], ksize, strides, tf_pad, layout, num_threads=nthreads)
         check = p.check_orig_output != 0 if p.check_orig_output in (0, 1) else p.check_orig_output
-        return api.plan_max_pool_grad(*ins, ksize, strides, tf_pad, layout, check_orig_output=check, out=out,
+        plan = api.plan_max_pool_grad(*ins, ksize, strides, tf_pad, layout, check_orig_output=check, out=out,
                                       deterministic=det, num_threads=nthreads)
+        # one kernel call on every path, so that execute can replay it without the GIL (same bits)
+        tf_max_pool.one_kernel_call((<Plan>plan)._run.plan)
+        return plan
     return api.plan_max_pooling_grad(*ins, out=out, deterministic=det, num_threads=nthreads)
 
 

@@ -387,6 +387,17 @@ def _plan_backward(x1: Any, x2: Any, grad: Any, ksize: Any, strides: Any, paddin
     return _Run(run, pool.memo, "grad launch"), (x1, x2, grad, out)
 
 
+def one_kernel_call(run: Any) -> None:
+    """Make the gradient plan ``run`` (the internal plan of a ``max_pool_grad`` plan, before its first run) run the
+    fused kernel on channels-last inputs with few channels too, instead of the composed gradient.
+
+    The C API's execute runs a plan's one captured kernel call without the GIL; the composed gradient is two calls
+    with an indices array between them, which it cannot replay, so C plans would take the GIL on that path.  The
+    fused kernel gives the same bits (both sum every cell's hits in output row-major order) at about 1.8x the
+    composed gradient's time there (see ``COMPOSE_MAX_C``); the Python API keeps the composed one."""
+    run.memo["one kernel"] = True
+
+
 def _grad_launch(pool: _Pool, args: tuple[Any, ...], taken: tuple[np.ndarray, np.ndarray], x1: np.ndarray,
                  grad: np.ndarray, gx: np.ndarray, allocates: bool, nthreads: int) -> Launch | bool:
     """The launch record of the fused gradient's call ``args``, which took the scratch set ``taken`` (sources x1
@@ -439,7 +450,7 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
     """Plan bands and rings (once per pool shape, see ``_Pool.memo``), prepare kernel-friendly views, run the
     fused kernel.  Returns the kernel's arguments and the scratch set they hold (None: the composed gradient
     ran)."""
-    if (channel_inner(x4) and x4.shape[1] < COMPOSE_MAX_C
+    if (channel_inner(x4) and x4.shape[1] < COMPOSE_MAX_C and not pool.memo.get("one kernel")
             and _run_grad_composed(pool, x4, g4, gx4, nthreads)):
         return None
     x4, channel = pool.kernel_x(x4)

@@ -542,23 +542,34 @@ def test_tf_max_pool_grad_checks_x2_without_the_gil(dtype, layout):
         API.plan_destroy(plan)
 
 
-def test_tf_max_pool_grad_composed_path_takes_the_gil():
-    """What the GIL-free execute of max_pool_grad leaves to the checked path: the composed gradient of
-    channels-last inputs with few channels (two kernel calls: the argmax forward, then the scatter), whose
-    result is the Python API's."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, bfloat16])
+@pytest.mark.parametrize("window", [(2, 2, "VALID"), (3, 1, "SAME"), (3, 2, "SAME")])
+def test_tf_max_pool_grad_few_channels_executes_one_kernel_without_the_gil(dtype, window):
+    """Channels-last inputs with few channels: the Python API composes the gradient (argmax forward, then the
+    scatter: two kernel calls), a C plan runs the fused kernel instead (one call, replayed without the GIL);
+    the bits are the same, with overlapping windows too (sums of several hits per cell)."""
+    k, s, pad = window
     rng = np.random.default_rng(9)
-    xl = np.ascontiguousarray(rng.standard_normal((2, 3, 8, 8)).astype(np.float32).transpose(0, 2, 3, 1))
-    ksl, stl = [1, 2, 2, 1], [1, 2, 2, 1]
-    yl = pg.max_pool(xl, ksl, stl, "VALID", "NHWC")
-    gl = rng.standard_normal(yl.shape).astype(np.float32)
-    gxl = np.empty_like(xl)
-    status, plan = create(8, [xl, yl, gl, gxl], params(kernel=(2, 2), stride=(2, 2), layout=1))
+    xl = np.ascontiguousarray(rng.standard_normal((2, 3, 9, 8)).astype(dtype).transpose(0, 2, 3, 1))
+    xl[0, 1:3, 2:4, 1] = 1.5                      # ties: the first maximum in window order wins on both paths
+    ksl, stl = [1, k, k, 1], [1, s, s, 1]
+    yl = pg.max_pool(xl, ksl, stl, pad, "NHWC")
+    gls = [rng.standard_normal(yl.shape).astype(dtype) for _ in range(4)]
+    wants = [pg.max_pool_grad(xl, yl, g, ksl, stl, pad, "NHWC") for g in gls]
+    outs = [np.empty_like(xl) for _ in gls]
+    status, plan = create(8, [xl, yl, gls[0], outs[0]], params(kernel=(k, k), stride=(s, s), layout=1,
+                                                                tf_padding=1 if pad == "SAME" else 0))
     assert status == OK, error()
     try:
         before = _capi.gil_executes()
-        assert execute(plan, [xl, yl, gl, gxl]) == OK, error()
-        assert _capi.gil_executes() == before + 1
-        assert _same(gxl, pg.max_pool_grad(xl, yl, gl, ksl, stl, "VALID", "NHWC"))
+        statuses: list[int] = []
+
+        def work(i: int) -> None:
+            for _ in range(5):
+                statuses.append(execute(plan, [xl, yl, gls[i], outs[i]]))
+        _in_threads(work, 4)
+        assert statuses == [OK] * 20 and _capi.gil_executes() == before
+        assert all(_same(o, w) for o, w in zip(outs, wants))
     finally:
         API.plan_destroy(plan)
 
