@@ -12,6 +12,7 @@ import pytest
 import pgtest
 import poolgrad as pg
 from poolgrad import _max_pool_indices as mpi
+from poolgrad import config
 from poolgrad import plans
 from pgtest import DTYPES, DTYPE_IDS
 
@@ -137,12 +138,23 @@ def test_streamed_equals_cached(case, dtype, kind):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_public_forward_streams_and_replays_identically(dtype):
-    """The public call with every output streamed where it qualifies: the first (planning) call and the
-    replays of its recorded launch give the cached-store results, for several thread counts."""
+    """Streamed outputs at every instruction-set level, and the public call with every output streamed where
+    it qualifies: the first (planning) call and the replays of its recorded launch give the cached-store
+    results, for several thread counts."""
     rng = np.random.default_rng(3)
     x = np.ascontiguousarray(pgtest.random_values(rng, (3, 64, 12, 12), dtype, "ties").transpose(0, 2, 3, 1))
     with stream_bytes(NEVER):
         want = pg.max_pool2d_with_indices(x, 3, 2, 1, layout="NHWC")
+    # every instruction-set level's streaming stores (16-, 32- and 64-byte) on line-aligned outputs
+    y = _aligned((3, 6, 6, 64), dtype)
+    ind = _aligned((3, 6, 6, 64), np.int64)
+    hs, hc = _windows(12, 6, 3, 2, 1, 1)
+    dt = "f32" if np.dtype(dtype) == np.float32 else "f16"
+    for level in config.supported_isa_levels():
+        with config.set_isa_level(level), stream_bytes(0):
+            mpi.argmax_forward(dt, "i64", _nchw(x), _nchw(y), _nchw(ind), hs, hc, 1, hs, hc, 1, True, 2)
+        np.testing.assert_array_equal(y.view(f"u{y.itemsize}"), want[0].view(f"u{y.itemsize}"), err_msg=level)
+        np.testing.assert_array_equal(ind, want[1], err_msg=level)
     for threads in (1, 2, 4):
         with stream_bytes(0):
             for _ in range(3):
