@@ -63,6 +63,8 @@ THRESHOLDS: list[tuple[tuple[str, ...], str, str]] = [
     (("poolgrad.tf_max_pool",), "RING_BUDGET", "per-thread ring bytes (huge windows x huge rows only; not swept)"),
     (("poolgrad._max_pool_indices",), "CL_STREAM_BYTES", "channels-last forward outputs (values + indices) this "
                                                          "big are written with streaming stores (max/adaptive fwd)"),
+    (("poolgrad._avg_pool",), "CL_STREAM_BYTES", "channels-last float32/64 forward outputs this big are written "
+                                                 "with streaming stores (avg fwd)"),
     (("poolgrad.elementwise",), "_GRAIN", "elements per thread (max_pooling_grad)"),
     (("poolgrad.elementwise",), "_BLOCKS_PER_THREAD", "blocks per thread (max_pooling_grad)"),
 ]

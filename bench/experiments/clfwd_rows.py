@@ -9,6 +9,8 @@ For every (layer, batch) asked for, float32, NHWC memory, the same arrays on bot
 * max layers also time the compiled dispatcher alone, ``_max_pool_indices.argmax_forward``, writing into
   outputs allocated once (64-byte aligned, outside poolgrad's block cache): ``kern`` as built, ``kern_cached`` with streaming stores
   turned off (CL_STREAM_BYTES raised out of reach around the call), so that one run compares both store kinds;
+* avg layers: ``kern`` is the public call planned afresh on every call (plans keep the streaming decision) as
+  built, ``kern_cached`` the same with streaming stores turned off (_avg_pool.CL_STREAM_BYTES);
 * ``--hold-ref`` keeps one forward result alive, as bench/models.py's backward-alone fixture does;
 * ``--stream-all``: ``kern`` streams whatever the output size (to measure below CL_STREAM_BYTES);
 * ``--fwdbwd`` (max layers): the public forward then the public backward (``out=``) on its indices, with and
@@ -142,6 +144,19 @@ def variants(L: Layer, batch: int, hold_ref: bool, stream_all: bool = False,
         def api() -> Any:
             return pg.avg_pool2d(x, L.kernel, L.stride, L.padding, ceil, True, layout="NHWC", num_threads=1)
         fns["pg"] = api
+        from poolgrad import _avg_pool
+        saved_avg = _avg_pool.CL_STREAM_BYTES
+
+        def replanned(limit: int) -> Any:
+            # the public call planned afresh (plans keep the streaming decision), streaming from ``limit`` bytes
+            _avg_pool.CL_STREAM_BYTES = limit
+            plans.clear()
+            try:
+                return api()
+            finally:
+                _avg_pool.CL_STREAM_BYTES = saved_avg
+        fns["kern"] = lambda: replanned(0 if stream_all else saved_avg)
+        fns["kern_cached"] = lambda: replanned(1 << 62)
         y = api()
         if not np.array_equal(y.transpose(0, 3, 1, 2), fns["torch"]().numpy()):
             # the sums may be added in another order than PyTorch's: equal to float32 rounding is what is checked
