@@ -142,9 +142,11 @@ ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize
  * 2x2 windows (DenseNet's transitions) are one straight loop over the channels with the same operations in
  * the same order: the blocked loops keep acc and col in memory (GCC does not keep run-time-length lane arrays
  * in registers), which showed as stores and reloads of every partial sum in profiles of 8x512x14x14 k2s2.
- * Where both terms of a sum are NaN, x86 keeps the first one's, and the blocked loops (like a left-to-right
- * reading) give the left term's; a compiler may swap the terms of an addition, so PG_AVG_ADDL picks the left
- * NaN explicitly (the + 0 steps have one possible NaN only): the same bits, NaN payloads and signs included. */
+ * Every value that is not NaN has the blocked loops' bits.  Where both terms of a sum are NaN, x86 keeps one
+ * operand's, and which one a compiled loop keeps depends on how the compiler ordered the operands (the blocked
+ * loops kept the left term's in some positions and not in others): PG_AVG_ADDL keeps the left term's NaN,
+ * payload and sign, explicitly, at every instruction-set level and position (the + 0 steps have one possible
+ * NaN only). */
 #define PG_AVG_ADDL(a, b) ((a) != (a) ? (a) : (a) + (b))
 #define PG_AVG_WB 64
 #define PG_AVG_WIN(T, S, ATTR)                                                                                \
