@@ -114,7 +114,12 @@ class LayerRun:
             raise ValueError(f"unknown pooling op {layer.op!r}")
         # fixed forward results for the backward-alone phase (both libraries' own indices)
         self.t_ref = self._t_fwd()
-        self.pg_ref = self._pg_fwd(None)
+        # ... copied out of poolgrad's block cache: held there for the whole run, poolgrad's fixture would take the
+        # room the timed forwards' recycled outputs need (VGG-16 pool1 at batch 32: 310 of the cache's 512 MiB),
+        # and every timed forward would map and fault fresh pages instead (measured with and without such a held
+        # result, bench/experiments/clfwd_rows.py --hold-ref: 109 ms against 64 ms, the kernel alone 59 ms)
+        ref = self._pg_fwd(None)
+        self.pg_ref = tuple(np.array(a) for a in ref) if isinstance(ref, tuple) else np.array(ref)
 
     def _t(self, a: np.ndarray) -> Any:
         import torch

@@ -61,6 +61,10 @@ THRESHOLDS: list[tuple[tuple[str, ...], str, str]] = [
     (("poolgrad.tf_max_pool",), "TF_ITEMS_PER_THREAD", "bands per thread when there are few images (max_pool_grad)"),
     (("poolgrad.tf_max_pool",), "STREAM_BYTES", "grad_x this big is written with streaming stores (max_pool_grad)"),
     (("poolgrad.tf_max_pool",), "RING_BUDGET", "per-thread ring bytes (huge windows x huge rows only; not swept)"),
+    (("poolgrad._max_pool_indices",), "CL_STREAM_BYTES", "channels-last forward outputs (values + indices) this "
+                                                         "big are written with streaming stores (max/adaptive fwd)"),
+    (("poolgrad._avg_pool",), "CL_STREAM_BYTES", "channels-last float32/64 forward outputs this big are written "
+                                                 "with streaming stores (avg fwd)"),
     (("poolgrad.elementwise",), "_GRAIN", "elements per thread (max_pooling_grad)"),
     (("poolgrad.elementwise",), "_BLOCKS_PER_THREAD", "blocks per thread (max_pooling_grad)"),
 ]

@@ -138,12 +138,31 @@ ATTR static void pg_avg_phase2_##S(T *restrict C, const T *restrict T0, Py_ssize
  * the first + 0)) / d for i < n, both sums ascending - the forward's order (window rows into S, then S's
  * columns, then the division) for one channel vector, without S: for channels-last windows that do not overlap
  * along the row (kernel <= stride, DenseNet's k2s2), where every S value is used once, writing and reading S
- * cost more than the sums.  Blocks of PG_AVG_WB channels, so the inner loops vectorise. */
+ * cost more than the sums.  Blocks of PG_AVG_WB channels, so the inner loops vectorise.
+ * 2x2 windows (DenseNet's transitions) are one straight loop over the channels with the same operations in
+ * the same order: the blocked loops keep acc and col in memory (GCC does not keep run-time-length lane arrays
+ * in registers), which showed as stores and reloads of every partial sum in profiles of 8x512x14x14 k2s2.
+ * Every value that is not NaN has the blocked loops' bits.  Where both terms of a sum are NaN, x86 keeps one
+ * operand's, and which one a compiled loop keeps depends on how the compiler ordered the operands (the blocked
+ * loops kept the left term's in some positions and not in others): PG_AVG_ADDL keeps the left term's NaN,
+ * payload and sign, explicitly, at every instruction-set level and position (the + 0 steps have one possible
+ * NaN only). */
+#define PG_AVG_ADDL(a, b) ((a) != (a) ? (a) : (a) + (b))
 #define PG_AVG_WB 64
 #define PG_AVG_WIN(T, S, ATTR)                                                                                \
 ATTR static void pg_avg_win_##S(T *restrict y, const T *restrict x, Py_ssize_t rs, Py_ssize_t cs,             \
                                 Py_ssize_t rows, Py_ssize_t cols, T d, Py_ssize_t n) {                       \
     T acc[PG_AVG_WB], col[PG_AVG_WB];                                                                        \
+    if (rows == 2 && cols == 2) {                                                                            \
+        const T *x0 = x, *x1 = x + rs, *x2 = x + cs, *x3 = x + rs + cs;                                      \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                                 \
+            T c0 = x0[i] + (T)0, c1 = x2[i] + (T)0;                                                          \
+            c0 = PG_AVG_ADDL(c0, x1[i]);                                                                     \
+            c1 = PG_AVG_ADDL(c1, x3[i]);                                                                     \
+            y[i] = PG_AVG_ADDL(c0, c1) / d;                                                                  \
+        }                                                                                                    \
+        return;                                                                                              \
+    }                                                                                                        \
     for (Py_ssize_t i0 = 0; i0 < n; i0 += PG_AVG_WB) {                                                       \
         Py_ssize_t m = n - i0 < PG_AVG_WB ? n - i0 : PG_AVG_WB, i, j, r;                                     \
         for (j = 0; j < cols; j++) {                                                                         \

@@ -65,6 +65,14 @@ def test_the_sweeps_straddle_the_thresholds_of_this_build():
             _straddles([p["k"] ** 2 for p in s.points], v + 1) for s in of("max_fwd")),
         (("poolgrad.avg_pool",), "DV_REPEAT_MAX"): lambda v: any(
             _straddles([_ho(p["W"], p) * p["C"] for p in s.points], v + 1) for s in of("avg_bwd", "NHWC")),
+        # values (float32) and int64 indices of the channels-last max forward
+        (("poolgrad._max_pool_indices",), "CL_STREAM_BYTES"): lambda v: any(
+            _straddles([12 * p["N"] * p["C"] * _ho(p["H"], p) * _ho(p["W"], p) for p in s.points], v)
+            for s in of("max_fwd", "NHWC")),
+        # float32 y of the channels-last average forward
+        (("poolgrad._avg_pool",), "CL_STREAM_BYTES"): lambda v: any(
+            _straddles([4 * p["N"] * p["C"] * _ho(p["H"], p) * _ho(p["W"], p) for p in s.points], v)
+            for s in of("avg_fwd", "NHWC")),
         (("poolgrad.tf_max_pool",), "COMPOSE_MAX_C"): lambda v: any(_straddles([p["C"] for p in s.points], v)
                                                                  for s in of("tf_grad", "NHWC")),
         (("poolgrad._scatter",), "PLANES_MAX_CELLS"): lambda v: any(
