@@ -229,3 +229,37 @@ def test_self_check_runs_every_level(monkeypatch):
     assert seen == list(config.supported_isa_levels()) * 8          # 4 dtypes x 2 layouts
     assert lines[0].startswith("FAIL probe float32 NCHW") and lines[0].endswith("(at portable)")
     assert config.isa_level() == config.cpu_isa_level()
+
+
+def _nan_payloads(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """a (float32) with a fifth of its cells replaced by quiet NaNs of random sign and payload."""
+    u = a.view(np.uint32)
+    hit = rng.random(a.shape) < 0.2
+    u[hit] = (np.uint32(0x7FC00000) | rng.integers(1, 1 << 22, hit.sum()).astype(np.uint32)
+              | (rng.integers(0, 2, hit.sum()).astype(np.uint32) << np.uint32(31)))
+    return a
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_average_pooling_nan_collisions_differ_only_in_payload_between_levels(layout):
+    """SEMANTICS 8.4's one exception: where two NaNs meet in an average-pooling sum, which one's sign and payload
+    the result carries may depend on the level (vector adds may take their operands in either order); that it
+    is NaN, and every other value's bits, do not.  Max pooling keeps its NaN terms' order at every level."""
+    rng = np.random.default_rng(11)
+    shape = (2, 9, 10, 37) if layout == "NHWC" else (2, 37, 9, 10)
+    x = _nan_payloads(rng.standard_normal(shape).astype(np.float32), rng)
+    g = _nan_payloads(rng.standard_normal(x.shape).astype(np.float32), rng)     # k3s1p1: y has x's shape
+    results = {}
+    for level in config.supported_isa_levels():
+        with config.set_isa_level(level):
+            y = pg.avg_pool2d(x, 3, 1, 1, layout=layout)
+            yi, ind = pg.max_pool2d_with_indices(x, 3, 1, 1, layout=layout)
+            results[level] = (y, pg.avg_pool2d_backward(g, x, 3, 1, 1, layout=layout),
+                              pg.max_pool2d_with_indices_backward(g, x, ind, 3, 1, 1, layout=layout))
+    want = results["portable"]
+    for level, got in results.items():
+        for a, b in zip(got[:2], want[:2]):
+            nan = np.isnan(b)
+            assert np.array_equal(np.isnan(a), nan), level
+            assert np.array_equal(a[~nan].view(np.uint32), b[~nan].view(np.uint32)), level
+        assert got[2].tobytes() == want[2].tobytes(), level
