@@ -114,6 +114,7 @@ cdef class Launch:
     cdef object run_split(self, tuple arrays, object out, bint takes_out)
     cdef bint _capture(self, list srcs, tuple args) except -1
     cdef object _run_kernel(self, list srcs, object out)
+    cdef int _call(self, KernelRecord rec, char **data) except -1
     cdef object _result(self, list srcs, object out)
     cdef int _position_of(self, object obj)
     cdef tuple _new_set(self)

@@ -573,6 +573,14 @@ cdef class Launch:
         cdef KernelRecord rec = self.kernel
         for k in range(len(srcs)):
             data[k] = _data(srcs[k])
+        if self._call(rec, data):       # the data needs the plan's checked path
+            return None
+        return self._result(srcs, out)
+
+    cdef int _call(self, KernelRecord rec, char **data) except -1:
+        """Run the captured kernel call on ``data`` (without the GIL where ``releases_gil``); 1 when the data
+        needs the plan's checked path, 0 when done."""
+        cdef int status
         if self.releases_gil:
             with nogil:
                 status = run_kernel_call(&rec.call, data)
@@ -580,9 +588,7 @@ cdef class Launch:
             status = run_kernel_call(&rec.call, data)
         if status < 0:
             raise MemoryError()
-        if status > 0:          # the data needs the plan's checked path
-            return None
-        return self._result(srcs, out)
+        return 1 if status > 0 else 0
 
     def kernel_ns(self, *arrays, Py_ssize_t reps=1000):
         """Median nanoseconds of one run of the captured kernel call (``kernel``, None when there is none) on
@@ -651,14 +657,7 @@ cdef class Launch:
             res = (a0, a1)
         else:
             return self.run(arrays + (out,) if takes_out else arrays)
-        if self.releases_gil:
-            with nogil:
-                status = run_kernel_call(&rec.call, data)
-        else:
-            status = run_kernel_call(&rec.call, data)
-        if status < 0:
-            raise MemoryError()
-        if status > 0:          # the data needs the plan's checked path
+        if self._call(rec, data):       # the data needs the plan's checked path
             return None
         return res
 

@@ -125,6 +125,25 @@ def _in_threads(work, n: int) -> None:
         t.join()
 
 
+def _pair_without_the_gil(bplan, bargs: list, wants: list, fplan, fargs: list, fwants: list) -> int:
+    """Four threads run a backward and a forward plan ten times each, thread j on ``bargs[j]`` / ``fargs[j]``
+    (outputs last); every execute succeeds without the GIL and leaves the Python API's result (``wants[j]``,
+    ``fwants[j]``) in its output.  Returns the GIL-execute count from before."""
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(bplan, bargs[j]))
+            statuses.append(execute(fplan, fargs[j]))
+
+    before = _capi.gil_executes()
+    _in_threads(work, 4)
+    assert statuses == [OK] * 80 and _capi.gil_executes() == before
+    assert all(_same(a[-1], w) for a, w in zip(bargs, wants))
+    assert all(_same(a[-1], w) for a, w in zip(fargs, fwants))
+    return before
+
+
 def test_table_header():
     assert API.abi_version == _capi.ABI_VERSION == 1
     assert API.table_size == ctypes.sizeof(Table)
@@ -477,19 +496,9 @@ def test_tf_max_pool_executes_without_the_gil(case, dtype):
     assert status == OK, error()
     status, fplan = create(7, [xs[0], fouts[0]], pr)
     assert status == OK, error()
-    statuses: list[int] = []
-
-    def work(j: int) -> None:
-        for _ in range(10):
-            statuses.append(execute(bplan, [x, y, gs[j], outs[j]]))
-            statuses.append(execute(fplan, [xs[j], fouts[j]]))
-
     try:
-        before = _capi.gil_executes()
-        _in_threads(work, 4)
-        assert statuses == [OK] * 80 and _capi.gil_executes() == before
-        assert all(_same(o, w) for o, w in zip(outs, wants))
-        assert all(_same(o, w) for o, w in zip(fouts, fwants))
+        before = _pair_without_the_gil(bplan, [[x, y, gs[j], outs[j]] for j in range(4)], wants,
+                                       fplan, [[xs[j], fouts[j]] for j in range(4)], fwants)
         assert execute(bplan, [x, y, gs[0], x]) == INVALID and "out: must not share memory with x1" in error()
         assert _capi.gil_executes() == before + 1
     finally:
@@ -831,19 +840,9 @@ def test_avg_pool_executes_without_the_gil(case, dtype):
     assert status == OK, error()
     status, fplan = create(5, [xs[0], fouts[0]], pr)
     assert status == OK, error()
-    statuses: list[int] = []
-
-    def work(j: int) -> None:
-        for _ in range(10):
-            statuses.append(execute(bplan, [gos[j], x, outs[j]]))
-            statuses.append(execute(fplan, [xs[j], fouts[j]]))
-
     try:
-        before = _capi.gil_executes()
-        _in_threads(work, 4)
-        assert statuses == [OK] * 80 and _capi.gil_executes() == before
-        assert all(_same(o, w) for o, w in zip(outs, wants))
-        assert all(_same(o, w) for o, w in zip(fouts, fwants))
+        before = _pair_without_the_gil(bplan, [[gos[j], x, outs[j]] for j in range(4)], wants,
+                                       fplan, [[xs[j], fouts[j]] for j in range(4)], fwants)
         assert execute(bplan, [gos[0], x, x]) == INVALID and "out: must not share memory with x" in error()
         assert _capi.gil_executes() == before + 1
     finally:
