@@ -377,6 +377,69 @@ static inline void pg_avg_plane_##S(T *y, Py_ssize_t yh, Py_ssize_t yw, const T 
 PG_AVG_PLANE_ENTRY(float, f32)
 PG_AVG_PLANE_ENTRY(double, f64)
 
+/* ---- float32 / float64 NCHW backward planes, one output row per input row ---------------------------------
+ * The backward's whole-plane mode with plane_k == 0 (every input row covered by at most one output row, the
+ * kernel <= stride down the rows: k2s2) for grad / divisor (cube_math_type 0) and unit-stride grad_output
+ * rows, one plane per call: t = g / d + 0 per output row (pg_avg_div's), C[iw] = the t of the output columns
+ * covering iw summed ascending (0 where none; the phase and gather loops of _expand give these bits: their
+ * extra terms are the zero margins, and adding +0 to a t sum changes no bit as t is never -0), then grad_x row
+ * ih = C row clo_h[ih] (0 where none).  One C loop with the tables in registers: the generic plane code's
+ * per-row calls (division, phase sums, a memcpy per grad_x row) were most of a 2x16x8x8 k2s2 backward.
+ * t: Wo values of scratch, Cp: Ho * W. */
+#define PG_AVG_BPLANE0(T, S, ATTR)                                                                            \
+ATTR static void pg_avg_bplane0_##S(T *restrict gx, Py_ssize_t H, Py_ssize_t W, const T *restrict g,         \
+                                    Py_ssize_t gh, Py_ssize_t Ho, Py_ssize_t Wo, const T *restrict dv,      \
+                                    const int64_t *restrict hidx, const int64_t *restrict clo_h,             \
+                                    const int64_t *restrict chi_h, const int64_t *restrict clo_w,            \
+                                    const int64_t *restrict chi_w, T *restrict t, T *restrict Cp) {          \
+    for (Py_ssize_t oh = 0; oh < Ho; oh++) {                                                                 \
+        const T *d = dv + hidx[oh] * Wo, *gr = g + oh * gh;                                                  \
+        T *c = Cp + oh * W;                                                                                  \
+        for (Py_ssize_t ow = 0; ow < Wo; ow++) t[ow] = gr[ow] / d[ow] + (T)0;                                \
+        for (Py_ssize_t iw = 0; iw < W; iw++) {                                                              \
+            /* one or two terms spelled out: the general loop is vectorised by GCC, costly for short sums */ \
+            const T *p = t + clo_w[iw];                                                                      \
+            Py_ssize_t k = chi_w[iw] - clo_w[iw];                                                            \
+            T v;                                                                                             \
+            if (k == 1) v = p[0];                                                                            \
+            else if (k == 2) v = p[0] + p[1];                                                                \
+            else if (k <= 0) v = 0;                                                                          \
+            else {                                                                                           \
+                v = p[0];                                                                                    \
+                for (Py_ssize_t j = 1; j < k; j++) v += p[j];                                                \
+            }                                                                                                \
+            c[iw] = v;                                                                                       \
+        }                                                                                                    \
+    }                                                                                                        \
+    for (Py_ssize_t ih = 0; ih < H; ih++) {                                                                  \
+        T *row = gx + ih * W;                                                                                \
+        if (clo_h[ih] < chi_h[ih]) {                                                                         \
+            /* + 0 changes no bit (C is never -0) and keeps GCC from making the loop a memcpy call, which */ \
+            /* cost more than the copy itself for short rows */                                              \
+            const T *c = Cp + clo_h[ih] * W;                                                                 \
+            for (Py_ssize_t iw = 0; iw < W; iw++) row[iw] = c[iw] + (T)0;                                    \
+        } else {                                                                                             \
+            for (Py_ssize_t iw = 0; iw < W; iw++) row[iw] = 0;                                               \
+        }                                                                                                    \
+    }                                                                                                        \
+}
+PG_AVG_BPLANE0(float, f32_base, )
+PG_AVG_BPLANE0(double, f64_base, )
+#if PG_AVG_DISPATCH
+PG_AVG_BPLANE0(float, f32_avx2, PG_AVG_AVX2)
+PG_AVG_BPLANE0(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_BPLANE0(float, f32_avx512, PG_AVG_AVX512)
+PG_AVG_BPLANE0(double, f64_avx512, PG_AVG_AVX512)
+#endif
+#define PG_AVG_BPLANE0_ENTRY(T, S)                                                                            \
+static inline void pg_avg_bplane0_##S(T *gx, Py_ssize_t H, Py_ssize_t W, const T *g, Py_ssize_t gh,           \
+                                      Py_ssize_t Ho, Py_ssize_t Wo, const T *dv, const int64_t *hidx,        \
+                                      const int64_t *clo_h, const int64_t *chi_h, const int64_t *clo_w,      \
+                                      const int64_t *chi_w, T *t, T *Cp)                                     \
+{ PG_AVG_PICKW(pg_avg_bplane0_, S, (gx, H, W, g, gh, Ho, Wo, dv, hidx, clo_h, chi_h, clo_w, chi_w, t, Cp)); }
+PG_AVG_BPLANE0_ENTRY(float, f32)
+PG_AVG_BPLANE0_ENTRY(double, f64)
+
 /* ---- streaming stores: pg_stream.h's, under the names the average kernels use ---------------------------- */
 
 #define PG_AVG_STREAMING PG_STREAM_AVAILABLE

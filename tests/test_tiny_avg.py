@@ -10,7 +10,7 @@ import pytest
 import pgtest
 from poolgrad import avg_pool as avg_mod
 from poolgrad import plan_avg_pool2d
-from poolgrad.avg_pool import avg_pool2d
+from poolgrad.avg_pool import avg_pool2d, avg_pool2d_backward
 from poolgrad.slow import avg_pool as slow
 
 # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
@@ -77,3 +77,33 @@ def test_plan_replays_plane_forward():
     for _ in range(3):
         x = rng.standard_normal(x.shape).astype(np.float32)
         assert plan(x).tobytes() == avg_pool2d(x, 2, 2, num_threads=1).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_plane_backward_k_le_stride_bits_match_ring_and_reference(dtype, monkeypatch):
+    """The float32 / float64 backward's whole planes with one output row per input row (pg_avg_bplane0: kernel
+    <= stride down the rows, cube_math_type 0) against the ring path (PLANE_MAX_BYTES 0), bit for bit, and the
+    reference; grad_output in several memory orders (strided rows take the generic plane code)."""
+    monkeypatch.setattr(avg_mod, "threads_for", lambda work, nthreads: nthreads)
+    rng = np.random.default_rng(13)
+    geoms = [g for g in GEOMS if g[0][0] <= g[1][0]] + [((2, 3), (2, 1), (1, 1), True, False, None),
+                                                       ((1, 4), (3, 2), (0, 2), False, True, -5)]
+    for shape in SHAPES:
+        for gi, geom in enumerate(geoms):
+            k, s, p, ceil, cip, div = geom
+            if any(2 * p[a] > k[a] or shape[2 + a] + 2 * p[a] < k[a] for a in (0, 1)):
+                continue
+            x = np.zeros(shape, dtype)
+            y = avg_pool2d(x, *geom, num_threads=1)
+            go4 = _values(rng, y.shape, np.dtype(dtype))
+            want = slow.avg_pool2d_backward(go4, shape, k, s, p, ceil, cip, div, 0)
+            for vi, (name, go) in enumerate(pgtest.strided_variants(go4)):
+                threads = (1, 2, 3)[(gi + vi) % 3]
+                monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 128 << 10)
+                got = avg_pool2d_backward(go, x, *geom, num_threads=threads)
+                monkeypatch.setattr(avg_mod, "PLANE_MAX_BYTES", 0)
+                ring = avg_pool2d_backward(go, x, *geom, num_threads=threads)
+                assert got.tobytes() == ring.tobytes(), (shape, geom, name, threads)
+                finite = np.isfinite(want)
+                np.testing.assert_allclose(got.astype(np.float64)[finite], want[finite],
+                                           **pgtest.tolerance(np.dtype(dtype)), err_msg=f"{shape} {geom} {name}")
