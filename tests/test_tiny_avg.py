@@ -19,7 +19,7 @@ GEOMS = [((2, 2), (2, 2), (0, 0), False, True, None), ((3, 3), (2, 2), (1, 1), T
          ((4, 4), (3, 3), (2, 2), True, False, None), ((5, 3), (4, 1), (2, 0), False, True, 7),
          ((1, 1), (1, 1), (0, 0), False, True, None), ((2, 2), (3, 3), (1, 1), True, True, None),
          ((5, 5), (1, 1), (2, 2), False, False, None), ((3, 20), (1, 1), (1, 10), False, True, None)]
-SHAPES = [(2, 16, 8, 8), (1, 3, 7, 9), (3, 5, 13, 11), (1, 9, 1, 17), (2, 4, 16, 5)]
+SHAPES = [(2, 16, 8, 8), (1, 3, 7, 9), (3, 5, 13, 11), (1, 9, 1, 17), (2, 4, 16, 5), (2, 3, 9, 7)]
 ROWS = 1 << 40          # AVG_ITEMS_PER_THREAD that no problem reaches: the per-row forward
 
 
