@@ -348,13 +348,21 @@ class _ForwardPlan:
         lo_h, hi_h, lo_w, hi_w = _windows(ap.key())
         nthreads = threads_for(N * Ho * Wo * C * min(ap.kernel[0], H) * min(ap.kernel[1], W), self.nthreads)
         rowacc_off = _round_up(W * cs)     # after S, the window rows' sum
-        # 16-bit plane-contiguous input: one item per plane, the quotients of the whole plane rounded at once
-        # (where there are planes enough to keep every thread busy, as for the backward's bands)
-        plane = (not channel and self.dt in ("f16", "bf16") and Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES
+        # Planes: one item per plane (where there are planes enough to keep every thread busy, as for the
+        # backward's bands); 16-bit plane-contiguous input rounds the quotients of the whole plane at once, float32
+        # and float64 just run the plane's rows in one item (a per-row item's set-up cost 58 ns per 8-wide
+        # output row, most of 2x16x8x8's kernel time; bench/experiments/tiny_loop.py)
+        narrow = self.dt in ("f16", "bf16")
+        plane = (not channel and (not narrow or Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES)
                  and N * C >= AVG_ITEMS_PER_THREAD * nthreads)
+        # float32 / float64 planes whose sums fit PLANE_MAX_BYTES divide the whole plane's sums at once (the
+        # kernel's plane_flat): the divisors then one row per output row, in order
+        flat = plane and not narrow and Ho * Wo * acc.itemsize <= PLANE_MAX_BYTES
+        if flat:
+            dv, hidx = read_only(np.ascontiguousarray(dv[hidx]), np.arange(Ho, dtype=np.int64))
         # rowacc: one channel vector (channels-last), for the 16-bit types one row of Wo quotients or (plane)
-        # all Ho * Wo of them
-        rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane else Wo))
+        # all Ho * Wo of them, for flat planes all their Ho * Wo sums
+        rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane and (narrow or flat) else Wo))
         pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
         # channels-last windows that do not overlap along the row (kernel <= stride): each summed straight
         # from x, without writing and reading S (DenseNet's k2s2 NHWC float32 forward, batch 8, 1 thread,

@@ -327,6 +327,138 @@ static inline void pg_avg_phase2_f64(double *C, const double *T, Py_ssize_t o0, 
                                      Py_ssize_t n)
 { PG_AVG_PICKW(pg_avg_phase2_, f64, (C, T, o0, n0, o1, n1, n)); }
 
+/* ---- float32 / float64 NCHW planes (the forward's plane items) --------------------------------------------
+ * y[oh * yh + ow * yw] = (sum over iw in [lo_w[ow], hi_w[ow]) of S[iw]) / dv[hidx[oh] * Wo + ow], where S is the
+ * row sum of x rows [lo_h[oh], hi_h[oh]) (x rows at stride xh, unit column stride, W columns): the same
+ * operations in the same order as the per-row forward (_fwd in _avg_pool.pyx.in: S = ((x_lo + 0) + x_lo+1) + ...,
+ * then S's window columns ascending from S[lo_w] into V, then V / dv as one vector loop), one plane per call.
+ * flat: y's plane is contiguous (yw == 1, yh == Wo), hidx[oh] == oh and V holds Ho * Wo values: the whole
+ * plane's sums go to V and are divided by one loop over the plane (a 4-wide row left AVX-512's division loop
+ * in its scalar tail: a third of the plane's time at 2x16x8x8 k2s2).  Its own loop
+ * with every table and stride in registers: the per-row path's function calls, struct reloads and work-item
+ * set-up were most of a 2x16x8x8 k2s2 forward (8.9 ns of 15 per output, 1 thread; bench/experiments/tiny_loop.py).
+ * An output row without input rows (cannot happen for validated windows) gets S = 0. */
+#define PG_AVG_PLANE(T, S, ATTR)                                                                              \
+ATTR static void pg_avg_plane_##S(T *restrict y, Py_ssize_t yh, Py_ssize_t yw, const T *restrict x,          \
+                                  Py_ssize_t xh, Py_ssize_t W, Py_ssize_t Ho, Py_ssize_t Wo,                 \
+                                  const int64_t *restrict lo_h, const int64_t *restrict hi_h,                \
+                                  const int64_t *restrict lo_w, const int64_t *restrict hi_w,                \
+                                  const T *restrict dv, const int64_t *restrict hidx, T *restrict Sr,        \
+                                  T *restrict V, int flat) {                                                 \
+    for (Py_ssize_t oh = 0; oh < Ho; oh++) {                                                                 \
+        Py_ssize_t lo = lo_h[oh], hi = hi_h[oh], i;                                                          \
+        if (lo < hi) {                                                                                       \
+            const T *xr = x + lo * xh;                                                                       \
+            for (i = 0; i < W; i++) Sr[i] = xr[i] + (T)0;                                                    \
+            for (Py_ssize_t ih = lo + 1; ih < hi; ih++) {                                                    \
+                xr = x + ih * xh;                                                                            \
+                for (i = 0; i < W; i++) Sr[i] += xr[i];                                                      \
+            }                                                                                                \
+        } else {                                                                                             \
+            for (i = 0; i < W; i++) Sr[i] = 0;                                                               \
+        }                                                                                                    \
+        T *Vr = flat ? V + oh * Wo : V;                                                                      \
+        for (Py_ssize_t ow = 0; ow < Wo; ow++) {                                                             \
+            const T *p = Sr + lo_w[ow];                                                                      \
+            Py_ssize_t k = hi_w[ow] - lo_w[ow];                                                              \
+            T v;                                                                                             \
+            if (k == 2) v = p[0] + p[1];                                                                     \
+            else if (k == 3) v = (p[0] + p[1]) + p[2];                                                       \
+            else if (k <= 0) v = 0;                                                                          \
+            else {                                                                                           \
+                v = p[0];                                                                                    \
+                for (Py_ssize_t j = 1; j < k; j++) v += p[j];                                                \
+            }                                                                                                \
+            Vr[ow] = v;                                                                                      \
+        }                                                                                                    \
+        if (flat) continue;                                                                                  \
+        const T *d = dv + hidx[oh] * Wo;                                                                     \
+        T *yr = y + oh * yh;                                                                                 \
+        if (yw == 1) for (Py_ssize_t ow = 0; ow < Wo; ow++) yr[ow] = V[ow] / d[ow];                          \
+        else for (Py_ssize_t ow = 0; ow < Wo; ow++) yr[ow * yw] = V[ow] / d[ow];                             \
+    }                                                                                                        \
+    if (flat) for (Py_ssize_t i = 0; i < Ho * Wo; i++) y[i] = V[i] / dv[i];                                  \
+}
+PG_AVG_PLANE(float, f32_base, )
+PG_AVG_PLANE(double, f64_base, )
+#if PG_AVG_DISPATCH
+PG_AVG_PLANE(float, f32_avx2, PG_AVG_AVX2)
+PG_AVG_PLANE(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_PLANE(float, f32_avx512, PG_AVG_AVX512)
+PG_AVG_PLANE(double, f64_avx512, PG_AVG_AVX512)
+#endif
+#define PG_AVG_PLANE_ENTRY(T, S)                                                                              \
+static inline void pg_avg_plane_##S(T *y, Py_ssize_t yh, Py_ssize_t yw, const T *x, Py_ssize_t xh,           \
+                                    Py_ssize_t W, Py_ssize_t Ho, Py_ssize_t Wo, const int64_t *lo_h,         \
+                                    const int64_t *hi_h, const int64_t *lo_w, const int64_t *hi_w,           \
+                                    const T *dv, const int64_t *hidx, T *Sr, T *V, int flat)                 \
+{ PG_AVG_PICKW(pg_avg_plane_, S, (y, yh, yw, x, xh, W, Ho, Wo, lo_h, hi_h, lo_w, hi_w, dv, hidx, Sr, V, flat)); }
+PG_AVG_PLANE_ENTRY(float, f32)
+PG_AVG_PLANE_ENTRY(double, f64)
+
+/* ---- float32 / float64 NCHW backward planes, one output row per input row ---------------------------------
+ * The backward's whole-plane mode with plane_k == 0 (every input row covered by at most one output row, the
+ * kernel <= stride down the rows: k2s2) for grad / divisor (cube_math_type 0) and unit-stride grad_output
+ * rows, one plane per call: t = g / d + 0 per output row (pg_avg_div's), C[iw] = the t of the output columns
+ * covering iw summed ascending (0 where none; the phase and gather loops of _expand give these bits: their
+ * extra terms are the zero margins, and adding +0 to a t sum changes no bit as t is never -0), then grad_x row
+ * ih = C row clo_h[ih] (0 where none).  One C loop with the tables in registers: the generic plane code's
+ * per-row calls (division, phase sums, a memcpy per grad_x row) were most of a 2x16x8x8 k2s2 backward.
+ * t: Wo values of scratch, Cp: Ho * W. */
+#define PG_AVG_BPLANE0(T, S, ATTR)                                                                            \
+ATTR static void pg_avg_bplane0_##S(T *restrict gx, Py_ssize_t H, Py_ssize_t W, const T *restrict g,         \
+                                    Py_ssize_t gh, Py_ssize_t Ho, Py_ssize_t Wo, const T *restrict dv,      \
+                                    const int64_t *restrict hidx, const int64_t *restrict clo_h,             \
+                                    const int64_t *restrict chi_h, const int64_t *restrict clo_w,            \
+                                    const int64_t *restrict chi_w, T *restrict t, T *restrict Cp) {          \
+    for (Py_ssize_t oh = 0; oh < Ho; oh++) {                                                                 \
+        const T *d = dv + hidx[oh] * Wo, *gr = g + oh * gh;                                                  \
+        T *c = Cp + oh * W;                                                                                  \
+        for (Py_ssize_t ow = 0; ow < Wo; ow++) t[ow] = gr[ow] / d[ow] + (T)0;                                \
+        for (Py_ssize_t iw = 0; iw < W; iw++) {                                                              \
+            /* one or two terms spelled out: the general loop is vectorised by GCC, costly for short sums */ \
+            const T *p = t + clo_w[iw];                                                                      \
+            Py_ssize_t k = chi_w[iw] - clo_w[iw];                                                            \
+            T v;                                                                                             \
+            if (k == 1) v = p[0];                                                                            \
+            else if (k == 2) v = p[0] + p[1];                                                                \
+            else if (k <= 0) v = 0;                                                                          \
+            else {                                                                                           \
+                v = p[0];                                                                                    \
+                for (Py_ssize_t j = 1; j < k; j++) v += p[j];                                                \
+            }                                                                                                \
+            c[iw] = v;                                                                                       \
+        }                                                                                                    \
+    }                                                                                                        \
+    for (Py_ssize_t ih = 0; ih < H; ih++) {                                                                  \
+        T *row = gx + ih * W;                                                                                \
+        if (clo_h[ih] < chi_h[ih]) {                                                                         \
+            /* + 0 changes no bit (C is never -0) and keeps GCC from making the loop a memcpy call, which */ \
+            /* cost more than the copy itself for short rows */                                              \
+            const T *c = Cp + clo_h[ih] * W;                                                                 \
+            for (Py_ssize_t iw = 0; iw < W; iw++) row[iw] = c[iw] + (T)0;                                    \
+        } else {                                                                                             \
+            for (Py_ssize_t iw = 0; iw < W; iw++) row[iw] = 0;                                               \
+        }                                                                                                    \
+    }                                                                                                        \
+}
+PG_AVG_BPLANE0(float, f32_base, )
+PG_AVG_BPLANE0(double, f64_base, )
+#if PG_AVG_DISPATCH
+PG_AVG_BPLANE0(float, f32_avx2, PG_AVG_AVX2)
+PG_AVG_BPLANE0(double, f64_avx2, PG_AVG_AVX2)
+PG_AVG_BPLANE0(float, f32_avx512, PG_AVG_AVX512)
+PG_AVG_BPLANE0(double, f64_avx512, PG_AVG_AVX512)
+#endif
+#define PG_AVG_BPLANE0_ENTRY(T, S)                                                                            \
+static inline void pg_avg_bplane0_##S(T *gx, Py_ssize_t H, Py_ssize_t W, const T *g, Py_ssize_t gh,           \
+                                      Py_ssize_t Ho, Py_ssize_t Wo, const T *dv, const int64_t *hidx,        \
+                                      const int64_t *clo_h, const int64_t *chi_h, const int64_t *clo_w,      \
+                                      const int64_t *chi_w, T *t, T *Cp)                                     \
+{ PG_AVG_PICKW(pg_avg_bplane0_, S, (gx, H, W, g, gh, Ho, Wo, dv, hidx, clo_h, chi_h, clo_w, chi_w, t, Cp)); }
+PG_AVG_BPLANE0_ENTRY(float, f32)
+PG_AVG_BPLANE0_ENTRY(double, f64)
+
 /* ---- streaming stores: pg_stream.h's, under the names the average kernels use ---------------------------- */
 
 #define PG_AVG_STREAMING PG_STREAM_AVAILABLE
