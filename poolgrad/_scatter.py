@@ -52,7 +52,7 @@ class ScatterPlan:
         row_elems = W * (C if channel else 1)           # grad_x elements in one row of one unit
         self.narrow = narrow = dt in ("f16", "bf16")
         # 16-bit bands are float64 scratch: at most BAND_MAX // 2 cells keep it within BAND_MAX float32 cells' bytes
-        nb = -(-H * row_elems // (BAND_MAX // 2)) if narrow else 1
+        nb = nb_min = -(-H * row_elems // (BAND_MAX // 2)) if narrow else 1
         if nthreads > 1 and units * nb < SCATTER_BANDS_PER_THREAD * nthreads:
             nb = max(nb, -(-SCATTER_BANDS_PER_THREAD * nthreads // units))
             # equal bands under a static schedule: a whole number of items per thread (3 planes on 2 threads
@@ -63,7 +63,21 @@ class ScatterPlan:
         # Bands won wherever they are a few windows tall (1x1x2048^2 k3s1 at 2 threads: 2.2 ms banded, 2.4 ms
         # atomic; channels-last 1x1024^2x3: 1.7 against 2.3 ms).
         span = int(np.max(row_hi - row_lo)) if len(row_lo) else 0
-        self.use_atomic = use_atomic = ((not deterministic) and not narrow and units < nthreads
+        # Channels-last rows are W * C elements long: a band a few rows tall re-reads the long output rows that
+        # straddle its edges and skips, with a branch it cannot predict, the indices that belong to its
+        # neighbours.  Where the bands cut for the threads would be thinner than THIN_BANDS windows, the scatter
+        # cuts fewer bands, THIN_BANDS windows tall or whole images, and runs as many threads as there are
+        # bands.  At batch 1 and 2 threads, float32, medians of 7, thin bands (nondeterministic: the atomic
+        # kernel) against one thread on the whole image: 1x14x14x480 k3s1p1 706 (762) against 185 us,
+        # 1x17x17x768 k3s2 332 (376) against 138, 1x28x28x256 k3s1p1 912 (1271) against 435; two bands of 14
+        # rows on that last one 310 against 487 us at one thread in another run, 1x27x27x192 k3s2 50 against 82.
+        # At batch 8 the same layer keeps both threads (2245 against 4069 us on 8x28x28x256).  The gather
+        # (below) splits rows, not bands, and keeps every thread.
+        self.scatter_threads = nthreads
+        if channel and nb > nb_min and H < THIN_BANDS * span * nb:
+            nb = max(nb_min, H // (THIN_BANDS * span)) if span else nb_min
+            self.scatter_threads = min(nthreads, units * nb)
+        self.use_atomic = use_atomic = ((not deterministic) and not narrow and units < self.scatter_threads
                                         and H < THIN_BANDS * span * nb)
         if use_atomic:
             self.part = split_evenly(Ho, -(-SCATTER_BANDS_PER_THREAD * nthreads // units))
@@ -143,7 +157,7 @@ class ScatterPlan:
                      self.plane_groups, scratch, flags, self.nthreads, prezeroed))
         return (_max_pool_indices.scatter_backward,
                 (self.dt, self.it, gx4, go4, ind4, self.row_lo, self.row_hi, self.part, self.band_oa,
-                 self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.nthreads, prezeroed))
+                 self.band_ob, self.channel, not self.use_atomic, scratch, flags, self.scatter_threads, prezeroed))
 
     def launch(self, go4: np.ndarray, ind4: np.ndarray, gx4: np.ndarray) -> Launch | None:
         """A launch record of :meth:`run` over views like these, with sources grad_output 0, x 1, indices 2 and

@@ -188,9 +188,10 @@ def test_vectorised_forward_equals_per_window_forward(monkeypatch, cfg, layout, 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("outside", [False, True])
 def test_nondeterministic_thin_bands_use_atomic_kernel(monkeypatch, layout, dtype, outside):
-    """Few rows and many threads: nondeterministic mode takes the atomic kernel (checked with a spy; OpenMP
-    builds), which must still equal the reference, also when indices leave their windows (fallback) or are out
-    of range."""
+    """Few rows and many threads: nondeterministic mode takes the atomic kernel for NCHW planes (checked with a
+    spy; OpenMP builds), which must still equal the reference, also when indices leave their windows (fallback)
+    or are out of range.  Channels-last images cut fewer, thicker bands instead (``_scatter``: their long rows
+    make thin bands and atomics the slower choice), with the same checks."""
     from poolgrad import _max_pool_indices
     seen = []
     real = _max_pool_indices.scatter_backward
@@ -210,7 +211,7 @@ def test_nondeterministic_thin_bands_use_atomic_kernel(monkeypatch, layout, dtyp
     ref = slow.max_pool2d_with_indices_backward(go4, x4.shape, ind)
     g = _bwd(go4, x4, ind, layout, 4, cfg, deterministic=False, num_threads=7)
     # a serial build (no OpenMP) runs one thread: nothing to collide, so the banded kernel
-    assert seen == [not pg.get_config()["openmp"]]
+    assert seen == [not pg.get_config()["openmp"] or layout == "NHWC"]
     np.testing.assert_allclose(pgtest.as64(g), ref, **pgtest.tolerance(np.dtype(dtype)))
     bad = ind.copy()
     bad[0, 1, 20, 3] = 24 * 5000
