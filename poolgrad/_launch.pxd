@@ -112,7 +112,8 @@ cdef class Launch:
 
     cdef object run(self, tuple arrays)
     cdef object run_split(self, tuple arrays, object out, bint takes_out)
-    cdef bint _capture(self, list srcs, tuple args) except -1
+    cdef tuple _args(self, list srcs, tuple sset)
+    cdef bint _capture(self, list srcs, tuple args, tuple sset) except -1
     cdef object _run_kernel(self, list srcs, object out)
     cdef int _call(self, KernelRecord rec, char **data) except -1
     cdef object _result(self, list srcs, object out)

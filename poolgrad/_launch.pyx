@@ -32,6 +32,8 @@ from libc.string cimport memcpy, memset
 
 cnp.import_array()
 
+import numpy as _np
+
 from poolgrad import memory as _memory
 
 cdef extern from *:
@@ -469,12 +471,12 @@ cdef class Launch:
         return self.run(arrays)
 
     cdef object run(self, tuple arrays):
-        cdef int k, s
+        cdef int k
         cdef char *lo
         cdef char *hi
         cdef char *lo2
         cdef char *hi2
-        cdef object v, d, out = None
+        cdef object out = None
         cdef tuple sset = None
         cdef tuple args
         cdef list srcs
@@ -504,7 +506,34 @@ cdef class Launch:
             sset = self.free.pop() if self.free else self._new_set()
             if self.flags_pos >= 0:
                 memset(cnp.PyArray_DATA(<cnp.ndarray>sset[0]), 0, self.flags_n)
-        args = PyTuple_New(self.nargs)
+        args = self._args(srcs, sset)
+        try:
+            if not self.tried_kernel:
+                self.tried_kernel = True
+                if self._capture(srcs, args, sset):
+                    return self._run_kernel(srcs, out)
+            r = self.fn(*args)
+        finally:
+            if sset is not None and len(self.free) < KEEP_SETS:
+                self.free.append(sset)
+        if self.post == POST_FLAGS:
+            if _any_set(<cnp.ndarray>sset[0]):
+                return None
+        elif self.post == POST_FALSE:
+            if r is not False:
+                return None
+        if out is not None:
+            return out
+        if self.nout == 1:
+            return srcs[self.nsrc]
+        return tuple(srcs[self.nsrc:])
+
+    cdef tuple _args(self, list srcs, tuple sset):
+        """The dispatcher's arguments for a run on ``srcs`` (call arrays, then outputs) with the per-call set
+        ``sset`` (or None)."""
+        cdef int k, s
+        cdef object v, d
+        cdef tuple args = PyTuple_New(self.nargs)
         for k in range(self.nargs):
             v = self.args[k]
             Py_INCREF(v)
@@ -523,36 +552,31 @@ cdef class Launch:
                 _put(args, self.flags_pos, sset[0])
             for k in range(self.nscratch):
                 _put(args, self.scratch_pos[k], sset[2 + self.scratch_item[k]])
-        try:
-            if not self.tried_kernel:
-                self.tried_kernel = True
-                if self._capture(srcs, args):
-                    return self._run_kernel(srcs, out)
-            r = self.fn(*args)
-        finally:
-            if sset is not None and len(self.free) < KEEP_SETS:
-                self.free.append(sset)
-        if self.post == POST_FLAGS:
-            if _any_set(<cnp.ndarray>sset[0]):
-                return None
-        elif self.post == POST_FALSE:
-            if r is not False:
-                return None
-        if out is not None:
-            return out
-        if self.nout == 1:
-            return srcs[self.nsrc]
-        return tuple(srcs[self.nsrc:])
+        return args
 
-    cdef bint _capture(self, list srcs, tuple args) except -1:
+    cdef bint _capture(self, list srcs, tuple args, tuple sset) except -1:
         """Have the dispatcher record its kernel call on this call's arrays; keep it if every pointer of the
-        struct that addresses a source is unambiguous (see KernelRecord.bind)."""
+        struct that addresses a source is unambiguous (see KernelRecord.bind).
+
+        Where the call's arrays share memory (``max_pooling_grad(x, x, x)``, one array passed for several
+        inputs), a pointer into it could mean any of them: the call is then recorded once more on stand-ins -
+        fresh arrays of the same dtype, shape, strides and 64-byte phase, one per source - whose pointers can
+        be told apart.  The record only says which field addresses which source at what offset, so it replays
+        the aliased call (and any other) exactly; stand-ins are never read or written (recording runs
+        nothing).  Outputs that meet an input never reach a replay (``takes_out``'s check)."""
         cdef KernelRecord rec = KernelRecord()
         cdef int k
         cdef bint checks = False
         self.fn(*args, record=rec)
         if not rec.filled:
             return False
+        if _overlapping(srcs):
+            stand = [_stand_in(a) for a in srcs]
+            rec = KernelRecord()
+            self.fn(*self._args(stand, sset), record=rec)
+            if not rec.filled:
+                return False
+            srcs = stand
         # a record whose runs are checked afterwards (flags, a False result) must carry that check itself
         for k in range(rec.call.ntemp):
             checks = checks or rec.call.temp_kind[k] != TEMP_SCRATCH
@@ -682,6 +706,38 @@ cdef inline void _put(tuple t, Py_ssize_t i, object v) noexcept:
     Py_INCREF(v)
     Py_DECREF(<object>PyTuple_GET_ITEM(t, i))
     PyTuple_SET_ITEM(t, i, v)
+
+
+cdef bint _overlapping(list arrays) except -1:
+    """Whether the byte ranges of two of ``arrays`` meet."""
+    cdef Py_ssize_t i, j, n = len(arrays)
+    cdef char *lo
+    cdef char *hi
+    cdef char *lo2
+    cdef char *hi2
+    for i in range(n):
+        if not _extent(<cnp.ndarray>arrays[i], &lo, &hi):
+            continue
+        for j in range(i + 1, n):
+            if _extent(<cnp.ndarray>arrays[j], &lo2, &hi2) and lo < hi2 and lo2 < hi:
+                return True
+    return False
+
+
+def _stand_in(cnp.ndarray a):
+    """A fresh array with ``a``'s dtype, shape, strides, writeability and data address modulo 64 (what kernel
+    dispatchers may look at), in memory of its own; its contents are undefined."""
+    cdef char *lo
+    cdef char *hi
+    if not _extent(a, &lo, &hi):
+        return a.copy()
+    buf = _np.empty(<Py_ssize_t>(hi - lo) + 64, _np.uint8)
+    base = <Py_ssize_t>cnp.PyArray_DATA(<cnp.ndarray>buf)
+    shift = (<Py_ssize_t>lo - base) % 64
+    made = _np.ndarray((<object>a).shape, a.dtype, buffer=buf, offset=shift + (_data(a) - lo),
+                       strides=(<object>a).strides)
+    made.flags.writeable = (<object>a).flags.writeable
+    return made
 
 
 cdef bint _any_set(cnp.ndarray flags) noexcept:

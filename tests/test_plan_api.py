@@ -333,3 +333,28 @@ def test_kernel_calls_from_several_python_threads_never_share_a_buffer():
     for t in threads:
         t.join()
     assert errors == []
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_kernel_call_captured_on_one_array_passed_for_several(layout):
+    """A plan first called with one array for several inputs (``max_pooling_grad(x, x, x)``, TF's gradient with
+    the forward output passed as its own gradient) still captures its kernel call - recorded on stand-ins, as a
+    pointer into shared memory could mean either input - and the replay is right on that call's arrays and on
+    separate ones afterwards."""
+    x = _x((2, 16, 8, 8), layout=layout)
+    plan = pg.plan_max_pooling_grad(x, x, x, num_threads=1)
+    for _ in range(2):              # the first call records the launch, the second captures the kernel call
+        assert _same(plan(x, x, x), pg.max_pooling_grad(x, x, x))
+    assert plan._launch_record is not None and plan._launch_record.kernel is not None
+    dy, y = _x((2, 16, 8, 8), layout=layout), np.where(RNG.random(x.shape) < 0.5, x, x + 1).astype(x.dtype)
+    assert _same(plan(dy, x, y), pg.max_pooling_grad(dy, x, y))
+    assert _same(plan(x, x, x), pg.max_pooling_grad(x, x, x))
+    x4 = _x((2, 16, 8, 8))
+    ks = st = [1, 1, 2, 2]
+    ty = pg.max_pool(x4, ks, st, "VALID", "NCHW")
+    tplan = pg.plan_max_pool_grad(x4, ty, ty, ks, st, "VALID", "NCHW", num_threads=1)
+    for _ in range(2):
+        assert _same(tplan(x4, ty, ty), pg.max_pool_grad(x4, ty, ty, ks, st, "VALID", "NCHW"))
+    assert tplan._launch_record.kernel is not None
+    g = RNG.standard_normal(ty.shape).astype(np.float32)
+    assert _same(tplan(x4, ty, g), pg.max_pool_grad(x4, ty, g, ks, st, "VALID", "NCHW"))
