@@ -1,6 +1,7 @@
 """Shared helpers for the test-suite (imported as ``import pgtest``; pytest puts tests/ on sys.path)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator
 
 import numpy as np
@@ -97,3 +98,26 @@ def assert_untouched(before: dict, arrays: dict) -> None:
 
 def snapshot(arrays: dict) -> dict:
     return {k: v.tobytes() for k, v in arrays.items() if isinstance(v, np.ndarray)}
+
+
+@contextlib.contextmanager
+def gather_limit(limit: float) -> Iterator[None]:
+    """Set the window overlap up to which the channels-last max backward gathers: -1 never, 1e9 always."""
+    from poolgrad import _max_pool_indices
+    saved = _max_pool_indices.GATHER_MAX_COVER
+    _max_pool_indices.GATHER_MAX_COVER = limit
+    try:
+        yield
+    finally:
+        _max_pool_indices.GATHER_MAX_COVER = saved
+
+
+def gather_and_scatter_messages(x: np.ndarray, y: np.ndarray, ind: np.ndarray, kernel: int) -> list[str]:
+    """The ParamInvalidError messages of a channels-last ``max_pool2d_with_indices_backward`` with bad ``ind``,
+    from the gather path (forced on) and from the scatter path (gather off), in that order."""
+    messages = []
+    for limit in (1e9, -1):
+        with gather_limit(limit), pytest.raises(poolgrad.ParamInvalidError) as err:
+            poolgrad.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, kernel, layout="NHWC")
+        messages.append(str(err.value))
+    return messages

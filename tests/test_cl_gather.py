@@ -5,27 +5,14 @@ indices outside their window (in the last channel, where the vector loop's tail 
 pass, and indices outside the plane still raise the same error."""
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 import numpy as np
 import pytest
 
+import pgtest
 import poolgrad as pg
 from poolgrad import _max_pool_indices, slow
 
 FLOATS = [np.dtype(np.float32), np.dtype(np.float64)]
-
-
-@contextlib.contextmanager
-def gather_limit(limit: float) -> Iterator[None]:
-    """Set the window overlap up to which the channels-last gather runs: -1 never, 1e9 always."""
-    saved = _max_pool_indices.GATHER_MAX_COVER
-    _max_pool_indices.GATHER_MAX_COVER = limit
-    try:
-        yield
-    finally:
-        _max_pool_indices.GATHER_MAX_COVER = saved
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -39,7 +26,7 @@ def _gather_and_scatter(go: np.ndarray, x: np.ndarray, ind: np.ndarray, k, s, p,
     res = []
     for limit in (1e9, -1):
         out = np.full_like(x, np.nan)
-        with gather_limit(limit):
+        with pgtest.gather_limit(limit):
             res.append(pg.max_pool2d_with_indices_backward(go, x, ind, k, s, p, 1, ceil, layout="NHWC", out=out,
                                                            deterministic=True, num_threads=threads))
     return res
@@ -119,11 +106,7 @@ def test_gather_bad_index_in_last_channel_message():
     y, ind = pg.max_pool2d_with_indices(x, 2, layout="NHWC")
     ind = ind.copy()
     ind[0, 1, 1, 46] = -3
-    messages = []
-    for limit in (1e9, -1):
-        with gather_limit(limit), pytest.raises(pg.ParamInvalidError) as err:
-            pg.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, 2, layout="NHWC")
-        messages.append(str(err.value))
+    messages = pgtest.gather_and_scatter_messages(x, y, ind, 2)
     assert messages[0] == messages[1]
     assert "got -3 at position (n=0, c=46, oh=1, ow=1)" in messages[0]
 
@@ -140,6 +123,6 @@ def test_gather_adaptive_takes_the_gather(monkeypatch):
     go = _nan_gradients(rng, y.shape, np.dtype(np.float32))
     gather = pg.adaptive_max_pool2d_backward(go, x, ind, layout="NHWC", deterministic=True)
     assert taken == [False]
-    with gather_limit(-1):
+    with pgtest.gather_limit(-1):
         scatter = pg.adaptive_max_pool2d_backward(go, x, ind, layout="NHWC", deterministic=True, num_threads=2)
     np.testing.assert_array_equal(_bits(gather), _bits(scatter))

@@ -177,22 +177,11 @@ def test_paths_taken(monkeypatch, adaptive):
 
 # ---------------------------------------------------------------- backward: the channels-last gather
 
-@contextlib.contextmanager
-def gather_limit(limit: float) -> Iterator[None]:
-    """Set the window overlap up to which the channels-last gather runs: -1 never, 1e9 always."""
-    saved = _max_pool_indices.GATHER_MAX_COVER
-    _max_pool_indices.GATHER_MAX_COVER = limit
-    try:
-        yield
-    finally:
-        _max_pool_indices.GATHER_MAX_COVER = saved
-
-
 def _backward_all_paths(go: np.ndarray, x: np.ndarray, ind: np.ndarray, cfg: tuple | None, **kw) -> list:
     """grad_x from the gather (forced on) and from the scatter (gather off), each as raw bits."""
     out = []
     for limit in (1e9, -1):
-        with gather_limit(limit):
+        with pgtest.gather_limit(limit):
             if cfg is None:
                 gx = pg.adaptive_max_pool2d_backward(go, x, ind, layout="NHWC", **kw)
             else:
@@ -264,11 +253,7 @@ def test_backward_gather_bad_index_message():
     y, ind = pg.max_pool2d_with_indices(x, 2, layout="NHWC")
     ind = ind.copy()
     ind[0, 1, 0, 5] = 16
-    messages = []
-    for limit in (1e9, -1):
-        with gather_limit(limit), pytest.raises(pg.ParamInvalidError) as err:
-            pg.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, 2, layout="NHWC")
-        messages.append(str(err.value))
+    messages = pgtest.gather_and_scatter_messages(x, y, ind, 2)
     assert messages[0] == messages[1]
     assert "got 16 at position (n=0, c=5, oh=1, ow=0)" in messages[0]
 
