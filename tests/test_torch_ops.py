@@ -174,6 +174,33 @@ def test_thread_count_and_determinism_come_from_torch(monkeypatch):
         lambda: calls[-1][1])
 
 
+_ONE_RUNTIME = """
+import sys
+first, second = sys.argv[1:]
+__import__(first); __import__(second)
+import numpy as np, torch, poolgrad
+poolgrad.avg_pool2d(np.ones((2, 4, 64, 64), np.float32), 2, num_threads=2)
+torch.nn.functional.avg_pool2d(torch.ones(2, 4, 64, 64), 2)
+print(sorted({line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}))
+"""
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="reads /proc/self/maps (Linux)")
+@pytest.mark.parametrize("first", ["torch", "poolgrad"])
+def test_one_openmp_runtime_with_torch(first):
+    """poolgrad's kernels and PyTorch's share one OpenMP runtime, whichever is imported first (both need the
+    soname libgomp.so.1; the loader reuses the one already loaded): one thread pool, no second team of threads
+    spinning against PyTorch's between operators."""
+    import subprocess
+    import sys
+    if pg.get_config().get("openmp") is False:
+        pytest.skip("serial build")
+    second = "poolgrad" if first == "torch" else "torch"
+    out = subprocess.run([sys.executable, "-c", _ONE_RUNTIME, first, second], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.strip().splitlines()[-1]
+    assert len(eval(out)) == 1, out
+
+
 @pytest.mark.parametrize("fn", [lambda x: pt.max_pool2d(x, 3, 1, 1), lambda x: pt.adaptive_max_pool2d(x, 100)],
                          ids=["max", "adaptive"])
 def test_deterministic_mode_is_bitwise_identical_for_every_thread_count(fn):
