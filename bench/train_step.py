@@ -3,6 +3,7 @@ original against ``poolgrad.torch.convert``-ed, with the share of the step spent
 
     python bench/train_step.py                                   # batch 32, 224x224, 1 and all threads, 3 reps
     python bench/train_step.py --size 112 --reps 2 --json bench/results/train_step.json --markdown
+    python bench/train_step.py --report bench/results/train_step_t1_224_r8.json --paired   # tables of a past run
 
 For every (model, memory format, thread count) the original and the converted model (same weights, same
 batch) take turns, step after step, and the order of the pair alternates, so a slow phase of a shared machine
@@ -26,11 +27,15 @@ time of a converted model includes the operator path's per-call cost (about 0.1 
 more, bench/experiments/torch_overhead.py), the timed steps do not.
 
 Each finished configuration is appended to ``--json`` at once, so an interrupted run keeps what it measured.
+``--paired`` (or ``--report FILE --paired`` on a finished run's JSON) prints the speed-up as the geometric mean
+of the per-pair ratios with its 95% confidence interval (:func:`paired`): "slower" is said only where the
+whole interval lies below 1, "faster" where it lies above.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -133,6 +138,49 @@ def run_config(name: str, channels_last: bool, threads: int, args: argparse.Name
     return row
 
 
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (beyond: the normal's 1.96).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def paired(original: list[float], converted: list[float]) -> tuple[float, float, float]:
+    """Speed-up of converted over original from steps taken in pairs: (geometric mean of the per-pair ratios
+    original / converted, and the 95% confidence interval of that mean).
+
+    The i-th step of each model was taken back to back (``run_config`` alternates the order), so a pair shares
+    the machine's state at that moment; the ratio within a pair cancels what drifts between pairs (another
+    job, frequency), which the ratio of two medians does not.  The interval is Student's t on the logarithms of
+    the ratios: a configuration is *measurably* slower only where the whole interval lies below 1."""
+    logs = [math.log(o / c) for o, c in zip(original, converted)]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    if n < 2:
+        return math.exp(mean), float("nan"), float("nan")
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * statistics.stdev(logs) / math.sqrt(n)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def verdict(lo: float, hi: float) -> str:
+    """'faster' / 'slower' where the 95% interval lies wholly above / below 1, else 'level'."""
+    return "faster" if lo > 1 else "slower" if hi < 1 else "level"
+
+
+def paired_markdown(rows: list[dict]) -> str:
+    """Per configuration: paired speed-up (wall time; at one thread also CPU time) with its 95% interval, the
+    verdict, and the profiled pooling time."""
+    lines = ["| model | format | thr | steps | original s | converted s | paired speed-up (95% CI) | verdict | "
+             "CPU paired speed-up (95% CI) | pooling s orig -> conv (profiled) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        g, lo, hi = paired(r["original_all_s"], r["poolgrad_all_s"])
+        cg, clo, chi = paired(r["original_all_cpu_s"], r["poolgrad_all_cpu_s"])
+        lines.append(f"| {r['model']} | {r['format']} | {r['threads']} | {len(r['original_all_s'])} | "
+                     f"{r['original_s']:.2f} | {r['poolgrad_s']:.2f} | {g:.3f}x ({lo:.3f}-{hi:.3f}) | "
+                     f"{verdict(lo, hi)} | {cg:.3f}x ({clo:.3f}-{chi:.3f}) | "
+                     f"{r['original_pool_s']:.3f} -> {r['poolgrad_pool_s']:.3f} |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| model | mode | format | thr | original step s | converted step s | speed-up | CPU s orig -> conv | "
              "CPU speed-up | pooling share (orig) | pooling share (conv) | pooling s orig -> conv (profiled) |",
@@ -159,7 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (inductor)")
     parser.add_argument("--json", help="append each configuration's row to this JSON file (a list)")
     parser.add_argument("--markdown", action="store_true", help="print the Markdown table at the end")
+    parser.add_argument("--paired", action="store_true",
+                        help="print the paired table (speed-up with 95%% interval) at the end")
+    parser.add_argument("--report", metavar="JSON", help="only print the tables of an earlier run's --json file")
     args = parser.parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            done = json.load(f)
+        print(paired_markdown(done) if args.paired or not args.markdown else markdown(done))
+        return 0
     threads = args.threads or sorted({1, os.cpu_count() or 1})
     warm_operator_path()
     rows: list[dict] = []
@@ -181,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                         json.dump(rows, f, indent=1)
     if args.markdown:
         print(markdown(rows))
+    if args.paired:
+        print(paired_markdown(rows))
     return 0
 
 
