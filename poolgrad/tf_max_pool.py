@@ -88,6 +88,18 @@ TF_PLANES_MAX_CELLS = 28 * 28
 TF_PLANES_TILE_BYTES = 64 << 10
 # False: never the planes path (for tests).
 PLANES = True
+# The gather path (_tf_max_pool's ``gather``, pgtf_gather_* in src_c/pg_tf_max_pool.h) for plane-contiguous
+# memory where the windows tile the input without overlap or clipping (k == s, no padding: VALID, or SAME where
+# s divides the size) and are two columns wide (its vector code's case; k2s2 is the common one): every grad_x
+# cell then lies in at most one window, so the gradient is a gather - each cell gets its window's grad if it is
+# the window's argmax, else 0 - with no ring, scatter, zeroing pass or tiles.  Taken at every size: gather / ring
+# path time through plans with out=, NCHW float32 k2s2 VALID, median of 9 interleaved rounds
+# (``PYTHONPATH=. python bench/experiments/tfgrad_ab.py 9 1``, shared machine, load 3 - 5): 2x16x8x8 0.44,
+# 8x256x13x13 0.74, 8x512x14x14 0.50, 8x128x28x28 0.42, 8x64x32x32 0.30, 8x192x56x56 0.36, 8x64x112x112 0.49
+# (the control row, 1x64x112x112 k3s2 SAME, same path on both sides: 1.07); at 2 threads 0.12 - 0.86, the
+# largest on 8x64x112x112 (26 MB, where the ring path's streaming stores help it).
+# False: never the gather path (for tests).
+GATHER = True
 
 
 class _Pool:
@@ -464,10 +476,10 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
     plan = pool.memo.get(("grad", nthreads))
     if plan is None:
         plan = pool.memo[("grad", nthreads)] = _plan_grad(pool, x4, channel, target, nthreads)
-    part, band_oa, band_ob, stream, ring_rows, threads, vec, scratch_pool, groups = plan
+    part, band_oa, band_ob, stream, ring_rows, threads, vec, scratch_pool, groups, gather = plan
     scratch, columns = scratch_pool.take()
     args = (pool.dt, kernel_view(x4), kernel_view(g4), kernel_view(target), pool.hlo, pool.hhi, pool.wlo, pool.whi,
-            part, band_oa, band_ob, channel, stream, scratch, ring_rows, columns, *vec, threads, groups)
+            part, band_oa, band_ob, channel, stream, scratch, ring_rows, columns, *vec, threads, groups, gather)
     _tf_max_pool.max_pool_grad(*args)
     scratch_pool.give((scratch, columns))
     if target is not gx4:
@@ -475,10 +487,31 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
     return args, (scratch, columns)
 
 
+def _gather_items(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int) -> int:
+    """Work items of the gather path for kernel view ``x4`` (0: not taken; see GATHER): runs of whole output rows,
+    one at 1 thread, else TF_ITEMS_PER_THREAD per thread (dynamic schedule)."""
+    N, C, H, W = x4.shape
+    (kh, kw), (Ho, Wo) = pool.ksize, pool.out_hw
+    if channel or not GATHER or tuple(pool.ksize) != tuple(pool.strides) or kw != 2:
+        return 0
+    tiles = all(np.array_equal(lo, np.arange(n) * k) and np.array_equal(hi, lo + k)
+                for lo, hi, n, k in ((pool.hlo, pool.hhi, Ho, kh), (pool.wlo, pool.whi, Wo, kw)))
+    if not tiles:
+        return 0
+    return 1 if nthreads == 1 else min(N * C * Ho, TF_ITEMS_PER_THREAD * nthreads)
+
+
 def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, nthreads: int) -> tuple:
     """Bands, rings and kernel choices of the fused gradient for one shape (depends on shapes, strides,
     parameters and the thread count only)."""
     N, C, H, W = x4.shape
+    acc = np.float32 if pool.dt == "f32" else np.float64
+    gather = _gather_items(pool, x4, channel, nthreads)
+    if gather:                  # no bands, rings or row offsets (the kernel reads none of these)
+        one = np.array([0, 1], np.int64)
+        scratch = ScratchPool(lambda: (thread_rows(1, 1, acc), thread_rows(1, 1, np.int32)))
+        return (one, one[:1], one[1:], False, 1, min(nthreads, gather), (False, 0, 0, 1, 1, 0), scratch, 0,
+                gather)
     win_h = int(np.max(pool.hhi - pool.hlo))
     units = N if channel else N * C
     row_elems = W * (C if channel else 1)
@@ -490,7 +523,6 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
         nb = -(-TF_ITEMS_PER_THREAD * nthreads // units)
         nb = max(1, min(nb, int(H // (MIN_BAND_WINDOWS * win_h))))
     # the ring's type: float32 sums float32; float64 sums float64 and the 16-bit types (rounded once on store)
-    acc = np.float32 if pool.dt == "f32" else np.float64
     cap_rows = max(1, RING_BUDGET // (np.dtype(acc).itemsize * row_elems))
     rows = min(win_h, -(-H // nb))
     if rows > cap_rows and not groups:   # huge windows and rows: smaller bands keep the ring within budget
@@ -509,7 +541,7 @@ def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, n
         ring_elems = -(-nbytes // np.dtype(acc).itemsize)
     scratch = ScratchPool(lambda: (thread_rows(nthreads, ring_elems, acc), thread_rows(nthreads, win_h, np.int32)))
     return (part, band_oa, band_ob, not groups and _stream_rows(target, row_elems), ring_rows, nthreads,
-            pool.plane_vector_run(ring_rows * W), scratch, groups)
+            pool.plane_vector_run(ring_rows * W), scratch, groups, 0)
 
 
 def _stream_rows(target: np.ndarray, row_elems: int) -> bool:

@@ -397,6 +397,355 @@ PGTF_PDISPATCH(f32, float, float)
 PGTF_PDISPATCH(f64, double, double)
 PGTF_PDISPATCH(f16, uint16_t, float)
 PGTF_PDISPATCH(bf16, uint16_t, float)
+
+/* ---- the gather gradient: disjoint, unclipped windows (k == s, no padding: tf_max_pool.py's _gather_items) ----
+ * Every grad_x cell lies in at most one window, so grad_x is a gather: a cell gets its window's grad if it is the
+ * window's argmax (the spec's scan and rule), else 0 - no ring, no scatter, no zeroing pass, no tiles.  The value
+ * stored is the one the ring paths store for a cell that receives one term: the ring's zero plus grad in the ring
+ * type, rounded as they round (pgtf_gq_*), so grad's -0 comes out +0 and a signalling NaN quiet, as there; the
+ * cells of no window's argmax (and the rows and columns past the last window) get +0 bits.
+ * Work: output rows m of all planes (m = plane * Ho + oh) in order; output row m writes its kh grad_x rows, the
+ * plane's last one also the rows below the last window, so items of whole output rows own disjoint grad_x.
+ * Vector code (kw == 2, unit W strides): a chunk of L windows loads 2L values per window row, splits them into
+ * the windows' left and right cells (shuffles), keeps the running maxima and the winning cell in lanes (the
+ * spec's rule, PGTF_TAKE), and writes each window row back as the selected grad values interleaved with zeros.
+ * Rows of fewer than L windows: the widest chunk that fits, the last one overlapping the one before (a gather
+ * writes the same values twice); rows of exactly L/2 windows: one chunk takes two output rows (x0 / x1 below). */
+typedef struct {
+    const char *x, *g;
+    char *gx;
+    Py_ssize_t C, H, W, Ho, Wo, kh, kw;
+    Py_ssize_t x_n, x_c, x_h, x_w, g_n, g_c, g_h, g_w, gx_n, gx_c, gx_h, gx_w;     /* element strides */
+} pgtf_gather_t;
+
+/* Windows of one output row whose grad values are prepared at once (a stack buffer). */
+#define PGTF_GSEG 64
+
+/* q[i]: what a ring cell holding the one term g[i * g_w] stores - the ring's zero plus grad in the ring type
+   (float32 / float64), or that sum rounded once as the 16-bit ring rows are (pgtf_put_*: pg_avg.h's rows). */
+#define PGTF_GQ(DT, T)                                                                                 \
+static inline void pgtf_gq_##DT(const T *g, Py_ssize_t g_w, Py_ssize_t n, T *q)                       \
+{                                                                                                      \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                               \
+        pgtf_ring_##DT t = 0;                                                                          \
+        t += pg_load_##DT(g[i * g_w]);                                                                 \
+        q[i] = t;                                                                                      \
+    }                                                                                                  \
+}
+PGTF_GQ(f32, float)
+PGTF_GQ(f64, double)
+#define PGTF_GQ16(DT)                                                                                  \
+static inline void pgtf_gq_##DT(const uint16_t *g, Py_ssize_t g_w, Py_ssize_t n, uint16_t *q)        \
+{                                                                                                      \
+    double t[PGTF_GSEG];                                                                               \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                               \
+        t[i] = 0;                                                                                      \
+        t[i] += pg_load_##DT(g[i * g_w]);                                                              \
+    }                                                                                                  \
+    pg_f64_to_##DT##_row(q, t, n);                                                                     \
+}
+PGTF_GQ16(f16)
+PGTF_GQ16(bf16)
+
+/* One window (any size and strides), scalar: the spec's scan, then its kh x kw cells written (qv at the
+   argmax, 0 elsewhere); and rows x cols zeros (a single column by element: a memset call costs more). */
+#define PGTF_GWIN(DT, T, ACC)                                                                          \
+static inline void pgtf_gwin_##DT(const T *xw, Py_ssize_t x_h, Py_ssize_t x_w, Py_ssize_t kh,          \
+                                  Py_ssize_t kw, T qv, T *yw, Py_ssize_t y_h, Py_ssize_t y_w)          \
+{                                                                                                      \
+    ACC b = pg_load_##DT(xw[0]);                                                                       \
+    Py_ssize_t a = 0, r, c;                                                                            \
+    for (r = 0; r < kh; r++)                                                                           \
+        for (c = (r == 0); c < kw; c++) {                                                              \
+            ACC v = pg_load_##DT(xw[r * x_h + c * x_w]);                                               \
+            if ((v > b) | (v != v)) { b = v; a = r * kw + c; }                                         \
+        }                                                                                              \
+    for (r = 0; r < kh; r++)                                                                           \
+        for (c = 0; c < kw; c++) yw[r * y_h + c * y_w] = r * kw + c == a ? qv : (T)0;                  \
+}                                                                                                      \
+static inline void pgtf_gzero_##DT(T *y, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t y_h,             \
+                                   Py_ssize_t y_w)                                                     \
+{                                                                                                      \
+    for (Py_ssize_t r = 0; r < rows; r++) {                                                            \
+        if (cols == 1)                                                                                 \
+            y[r * y_h] = 0;                                                                            \
+        else if (y_w == 1)                                                                             \
+            memset(y + r * y_h, 0, (size_t)cols * sizeof(T));                                          \
+        else                                                                                           \
+            for (Py_ssize_t c = 0; c < cols; c++) y[r * y_h + c * y_w] = 0;                            \
+    }                                                                                                  \
+}
+PGTF_GWIN(f32, float, float)
+PGTF_GWIN(f64, double, double)
+PGTF_GWIN(f16, uint16_t, float)
+PGTF_GWIN(bf16, uint16_t, float)
+
+/* Output rows [m0, m1) of the gather gradient (see above), one instruction-set variant SFX.  GV: the variant's
+   vector windows (PGTF_GV_ON: pgtf_gvec_*, below) or none (PGTF_GV_OFF, MAXW 0); W3 the narrowest chunk; RAWQ:
+   the chunks read grad itself and add the ring's zero (float32 / float64; the 16-bit types' grad values are
+   rounded into q first).  The output row pointers advance by a row, multiplications only at a plane change. */
+#define PGTF_GV_ON(DT, SFX, ...) pgtf_gvec_##DT##_##SFX(__VA_ARGS__)
+#define PGTF_GV_OFF(DT, SFX, ...) ((Py_ssize_t)0)
+#define PGTF_GROWS(SFX, DT, T, W3, MAXW, RAWQ, GV)                                                     \
+static void pgtf_grows_##DT##_##SFX(const pgtf_gather_t *s, Py_ssize_t m0, Py_ssize_t m1)              \
+{                                                                                                      \
+    const Py_ssize_t C = s->C, Ho = s->Ho, Wo = s->Wo, kh = s->kh, kw = s->kw;                         \
+    const Py_ssize_t x_h = s->x_h, x_w = s->x_w, g_h = s->g_h, g_w = s->g_w, y_h = s->gx_h,           \
+                     y_w = s->gx_w;                                                                    \
+    const Py_ssize_t tail_w = s->W - Wo * kw, tail_h = s->H - Ho * kh, xs = kh * x_h, ys = kh * y_h;   \
+    const int vec = (MAXW) > 0 && x_w == 1 && g_w == 1 && y_w == 1 && kw == 2;                         \
+    const int two = vec && 2 * Wo >= (W3) && 2 * Wo <= (MAXW) && ((2 * Wo) & (2 * Wo - 1)) == 0;      \
+    T q[2 * PGTF_GSEG];                                                                                \
+    Py_ssize_t u = m0 / Ho, oh = m0 - u * Ho, n = u / C, c = u - n * C, m = m0;                        \
+    const T *xp = (const T *)s->x + n * s->x_n + c * s->x_c;                                           \
+    const T *gp = (const T *)s->g + n * s->g_n + c * s->g_c;                                           \
+    T *yp = (T *)s->gx + n * s->gx_n + c * s->gx_c;                                                    \
+    const T *xa = xp + oh * xs, *ga = gp + oh * g_h;                                                   \
+    T *ya = yp + oh * ys;                                                                              \
+    while (m < m1) {                                                                                   \
+        int rows = 1;                                                                                  \
+        if (two && m + 1 < m1) {                                                                       \
+            /* this output row and the next (of this plane, or the first of the next one) */          \
+            const T *xb, *gb, *qa = q;                                                                 \
+            T *yb;                                                                                     \
+            if (oh + 1 < Ho) {                                                                         \
+                xb = xa + xs;                                                                          \
+                gb = ga + g_h;                                                                         \
+                yb = ya + ys;                                                                          \
+            } else {                                                                                   \
+                Py_ssize_t c1 = c + 1, n1 = n;                                                         \
+                if (c1 == C) { c1 = 0; n1++; }                                                         \
+                xb = (const T *)s->x + n1 * s->x_n + c1 * s->x_c;                                      \
+                gb = (const T *)s->g + n1 * s->g_n + c1 * s->g_c;                                      \
+                yb = (T *)s->gx + n1 * s->gx_n + c1 * s->gx_c;                                         \
+            }                                                                                          \
+            if (RAWQ && gb == ga + Wo) {                                                               \
+                qa = ga;                                                                               \
+            } else {                                                                                   \
+                pgtf_gq_##DT(ga, 1, Wo, q);                                                            \
+                pgtf_gq_##DT(gb, 1, Wo, q + Wo);                                                       \
+            }                                                                                          \
+            GV(DT, SFX, xa, xb, ya, yb, qa, Wo, x_h, kh, y_h);                                         \
+            if (tail_w) pgtf_gzero_##DT(yb + Wo * kw, kh, tail_w, y_h, 1);                             \
+            rows = 2;                                                                                  \
+        } else {                                                                                       \
+            for (Py_ssize_t o0 = 0; o0 < Wo; o0 += PGTF_GSEG) {                                        \
+                Py_ssize_t k = Wo - o0 < PGTF_GSEG ? Wo - o0 : PGTF_GSEG, ow = 0;                      \
+                const T *qa = q;                                                                       \
+                if (RAWQ && vec)                                                                       \
+                    qa = ga + o0;                                                                      \
+                else                                                                                   \
+                    pgtf_gq_##DT(ga + o0 * g_w, g_w, k, q);                                            \
+                if (vec) ow = GV(DT, SFX, xa + 2 * o0, NULL, ya + 2 * o0, NULL, qa, k, x_h, kh, y_h);  \
+                for (; ow < k; ow++) {                                                                 \
+                    T qv = qa[ow];                                                                     \
+                    if (RAWQ && vec) pgtf_gq_##DT(qa + ow, 1, 1, &qv);                                 \
+                    pgtf_gwin_##DT(xa + (o0 + ow) * kw * x_w, x_h, x_w, kh, kw, qv,                    \
+                                   ya + (o0 + ow) * kw * y_w, y_h, y_w);                               \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+        if (tail_w) pgtf_gzero_##DT(ya + Wo * kw * y_w, kh, tail_w, y_h, y_w);                         \
+        for (int r2 = 0; r2 < rows; r2++) {   /* the next output row (and plane) */                     \
+            if (++oh < Ho) {                                                                           \
+                xa += xs;                                                                              \
+                ga += g_h;                                                                             \
+                ya += ys;                                                                              \
+                continue;                                                                              \
+            }                                                                                          \
+            if (tail_h) pgtf_gzero_##DT(yp + Ho * ys, tail_h, s->W, y_h, y_w);                         \
+            oh = 0;                                                                                    \
+            if (++c == C) { c = 0; n++; }                                                              \
+            xa = xp = (const T *)s->x + n * s->x_n + c * s->x_c;                                       \
+            ga = gp = (const T *)s->g + n * s->g_n + c * s->g_c;                                       \
+            ya = yp = (T *)s->gx + n * s->gx_n + c * s->gx_c;                                          \
+        }                                                                                              \
+        m += rows;                                                                                     \
+    }                                                                                                  \
+}
+
+#if PGTF_VEC
+/* Vector types by lane count: float / int32 / uint32 / uint16 / int16 lanes (float-compared dtypes) and
+   double / int64 / uint64 lanes (float64). */
+#define PGTF_GT32(L)                                                                                   \
+typedef float pgtf_gf##L __attribute__((vector_size(4 * (L))));                                       \
+typedef int32_t pgtf_gi##L __attribute__((vector_size(4 * (L))));                                     \
+typedef uint32_t pgtf_gu##L __attribute__((vector_size(4 * (L))));                                    \
+typedef uint16_t pgtf_gh##L __attribute__((vector_size(2 * (L))));                                    \
+typedef int16_t pgtf_gs##L __attribute__((vector_size(2 * (L))));
+PGTF_GT32(4)
+PGTF_GT32(8)
+PGTF_GT32(16)
+#define PGTF_GT64(L)                                                                                   \
+typedef double pgtf_gd##L __attribute__((vector_size(8 * (L))));                                      \
+typedef int64_t pgtf_gl##L __attribute__((vector_size(8 * (L))));                                     \
+typedef uint64_t pgtf_gq##L __attribute__((vector_size(8 * (L))));
+PGTF_GT64(2)
+PGTF_GT64(4)
+PGTF_GT64(8)
+
+/* D = lanes EXPR(l) of the 2N lanes of A then B (constant selectors: one permute) */
+#if PGTF_HAVE_SHUFFLE
+#define PGTF_GSHUF(D, A, B, MT, N, EXPR)                                                               \
+    do {                                                                                               \
+        MT m_;                                                                                         \
+        for (int l = 0; l < (N); l++) m_[l] = (EXPR);                                                  \
+        (D) = __builtin_shuffle((A), (B), m_);                                                         \
+    } while (0)
+#else
+#define PGTF_GSHUF(D, A, B, MT, N, EXPR)                                                               \
+    do {                                                                                               \
+        __typeof__(D) d_;                                                                              \
+        for (int l = 0; l < (N); l++) {                                                                \
+            int i_ = (EXPR);                                                                           \
+            d_[l] = i_ < (N) ? (A)[i_] : (B)[i_ - (N)];                                                \
+        }                                                                                              \
+        (D) = d_;                                                                                      \
+    } while (0)
+#endif
+
+/* storage lanes -> compare lanes (exact: pg_dtype.h's widenings, lane-wise) */
+#define PGTF_GCV_F32(H, L) (H)
+#define PGTF_GCV_F64(H, L) (H)
+#define PGTF_GCV_BF16(H, L) ((pgtf_gf##L)(__builtin_convertvector((H), pgtf_gu##L) << 16))
+#define PGTF_GCV_F16(H, L)                                                                             \
+    __extension__({                                                                                    \
+        pgtf_gu##L u_ = __builtin_convertvector((H), pgtf_gu##L), em_ = u_ & 0x7fffu;                  \
+        pgtf_gu##L b_ = (pgtf_gu##L)((pgtf_gf##L)(em_ << 13) * 5.192296858534828e+33f)                 \
+                        | ((pgtf_gu##L)(em_ >= 0x7c00u) & 0x7f800000u);                                \
+        (pgtf_gf##L)(b_ | ((u_ & 0x8000u) << 16));                                                     \
+    })
+/* a compare-lane mask -> a storage-lane mask */
+#define PGTF_GMK_32(M, L) ((pgtf_gu##L)(M))
+#define PGTF_GMK_64(M, L) ((pgtf_gq##L)(M))
+#define PGTF_GMK_16(M, L) ((pgtf_gh##L)__builtin_convertvector((M), pgtf_gs##L))
+/* the stored grad values of L windows (QV, storage bits) from Q: grad plus the ring's zero (float32 / float64,
+   whose Q is grad itself or values that already hold it: adding zero again changes no bits) or Q's bits as
+   they are (16-bit: rounded by pgtf_gq_*) */
+#define PGTF_GQV_ADD(VT, QV, Q)                                                                        \
+    do {                                                                                               \
+        VT t_;                                                                                         \
+        memcpy(&t_, (Q), sizeof t_);                                                                   \
+        t_ = (VT){0} + t_;                                                                             \
+        memcpy(&(QV), &t_, sizeof t_);                                                                 \
+    } while (0)
+#define PGTF_GQV_BITS(VT, QV, Q) memcpy(&(QV), (Q), sizeof(QV))
+
+/* L windows: l < L/2 from the 2 * (L/2) values at x0 (each window row r at x0 + r * x_h), l >= L/2 from those
+   at x1; grad values from q[0..L) (QVF); written to y0 / y1 (row r at + r * y_h) in the same layout.  Type
+   families (the lane count L pasted on): VT compare values, VM their masks and winning cells, RT / IT storage
+   lanes and their shuffle selectors, UT / UI storage bits and theirs. */
+#define PGTF_GCHUNK(SFX, DT, T, VT, VM, ARGT, RT, IT, UT, UI, RCVT, MCVT, QVF, L)                      \
+static inline void pgtf_gch_##DT##_##SFX##_##L(const T *x0, const T *x1, Py_ssize_t x_h, Py_ssize_t kh, \
+                                               const T *q, T *y0, T *y1, Py_ssize_t y_h)               \
+{                                                                                                      \
+    VT##L b = (VT##L){0}, v;                                                                           \
+    VM##L a = (VM##L){0};                                                                              \
+    RT##L lo, hi, e, o;                                                                                \
+    UT##L qv, ev, ov, w0, w1;                                                                          \
+    Py_ssize_t r;                                                                                      \
+    for (r = 0; r < kh; r++) {                                                                         \
+        VM##L at0 = (VM##L){0} + (ARGT)(2 * r), at1 = (VM##L){0} + (ARGT)(2 * r + 1);                  \
+        memcpy(&lo, x0 + r * x_h, sizeof lo);                                                          \
+        memcpy(&hi, x1 + r * x_h, sizeof hi);                                                          \
+        PGTF_GSHUF(e, lo, hi, IT##L, L, 2 * l);                                                        \
+        PGTF_GSHUF(o, lo, hi, IT##L, L, 2 * l + 1);                                                    \
+        v = RCVT(e, L);                                                                                \
+        if (r == 0)                                                                                    \
+            b = v;                                                                                     \
+        else                                                                                           \
+            PGTF_TAKE(VM##L, v, b, a, at0);                                                            \
+        v = RCVT(o, L);                                                                                \
+        PGTF_TAKE(VM##L, v, b, a, at1);                                                                \
+    }                                                                                                  \
+    QVF(RT##L, qv, q);                                                                                 \
+    for (r = 0; r < kh; r++) {                                                                         \
+        ev = qv & MCVT(a == (VM##L){0} + (ARGT)(2 * r), L);                                            \
+        ov = qv & MCVT(a == (VM##L){0} + (ARGT)(2 * r + 1), L);                                        \
+        PGTF_GSHUF(w0, ev, ov, UI##L, L, (l & 1) ? (L) + l / 2 : l / 2);                               \
+        PGTF_GSHUF(w1, ev, ov, UI##L, L, (l & 1) ? (L) + (L) / 2 + l / 2 : (L) / 2 + l / 2);           \
+        memcpy(y0 + r * y_h, &w0, sizeof w0);                                                          \
+        memcpy(y1 + r * y_h, &w1, sizeof w1);                                                          \
+    }                                                                                                  \
+}
+#define PGTF_GCHUNKS(SFX, DT, T, VT, VM, ARGT, RT, IT, UT, UI, RCVT, MCVT, QVF, W1, W2, W3)            \
+PGTF_GCHUNK(SFX, DT, T, VT, VM, ARGT, RT, IT, UT, UI, RCVT, MCVT, QVF, W1)                             \
+PGTF_GCHUNK(SFX, DT, T, VT, VM, ARGT, RT, IT, UT, UI, RCVT, MCVT, QVF, W2)                             \
+PGTF_GCHUNK(SFX, DT, T, VT, VM, ARGT, RT, IT, UT, UI, RCVT, MCVT, QVF, W3)
+
+/* The windows of one output row (xb NULL: n windows at xa, ya; returns how many it did, all unless n < W3) or
+   of two (xb, yb: the second row; 2n must be a chunk width; returns n, or 0 where none is).  Chunk widths
+   W1 > W2 > W3, those above MAXW (this level's vector) unused. */
+#define PGTF_GCH(DT, SFX, L, O)                                                                        \
+    pgtf_gch_##DT##_##SFX##_##L(xa + 2 * (O), xa + 2 * (O) + (L), x_h, kh, q + (O), ya + 2 * (O),      \
+                                ya + 2 * (O) + (L), y_h)
+#define PGTF_GVEC(SFX, DT, T, W1, W2, W3, MAXW)                                                        \
+static inline Py_ssize_t pgtf_gvec_##DT##_##SFX(const T *xa, const T *xb, T *ya, T *yb, const T *q,    \
+                                                Py_ssize_t n, Py_ssize_t x_h, Py_ssize_t kh,           \
+                                                Py_ssize_t y_h)                                        \
+{                                                                                                      \
+    Py_ssize_t ow = 0;                                                                                 \
+    if (xb) {                                                                                          \
+        if ((W1) <= (MAXW) && 2 * n == (W1))                                                           \
+            pgtf_gch_##DT##_##SFX##_##W1(xa, xb, x_h, kh, q, ya, yb, y_h);                             \
+        else if ((W2) <= (MAXW) && 2 * n == (W2))                                                      \
+            pgtf_gch_##DT##_##SFX##_##W2(xa, xb, x_h, kh, q, ya, yb, y_h);                             \
+        else if (2 * n == (W3))                                                                        \
+            pgtf_gch_##DT##_##SFX##_##W3(xa, xb, x_h, kh, q, ya, yb, y_h);                             \
+        else                                                                                           \
+            return 0;                                                                                  \
+        return n;                                                                                      \
+    }                                                                                                  \
+    if ((W1) <= (MAXW))                                                                                \
+        for (; ow + (W1) <= n; ow += (W1)) PGTF_GCH(DT, SFX, W1, ow);                                  \
+    if ((W2) <= (MAXW))                                                                                \
+        for (; ow + (W2) <= n; ow += (W2)) PGTF_GCH(DT, SFX, W2, ow);                                  \
+    for (; ow + (W3) <= n; ow += (W3)) PGTF_GCH(DT, SFX, W3, ow);                                      \
+    if (ow < n && n >= (W3)) {     /* the last few windows: a chunk overlapping the previous one */    \
+        PGTF_GCH(DT, SFX, W3, n - (W3));                                                               \
+        ow = n;                                                                                        \
+    }                                                                                                  \
+    return ow;                                                                                         \
+}
+
+#define PGTF_GVARIANT(SFX, S)                                                                          \
+PGTF_GCHUNKS(SFX, f32, float, pgtf_gf, pgtf_gi, int32_t, pgtf_gf, pgtf_gi, pgtf_gu, pgtf_gi,           \
+             PGTF_GCV_F32, PGTF_GMK_32, PGTF_GQV_ADD, 16, 8, 4)                                         \
+PGTF_GCHUNKS(SFX, f16, uint16_t, pgtf_gf, pgtf_gi, int32_t, pgtf_gh, pgtf_gs, pgtf_gh, pgtf_gs,        \
+             PGTF_GCV_F16, PGTF_GMK_16, PGTF_GQV_BITS, 16, 8, 4)                                       \
+PGTF_GCHUNKS(SFX, bf16, uint16_t, pgtf_gf, pgtf_gi, int32_t, pgtf_gh, pgtf_gs, pgtf_gh, pgtf_gs,       \
+             PGTF_GCV_BF16, PGTF_GMK_16, PGTF_GQV_BITS, 16, 8, 4)                                      \
+PGTF_GCHUNKS(SFX, f64, double, pgtf_gd, pgtf_gl, int64_t, pgtf_gd, pgtf_gl, pgtf_gq, pgtf_gl,          \
+             PGTF_GCV_F64, PGTF_GMK_64, PGTF_GQV_ADD, 8, 4, 2)                                          \
+PGTF_GVEC(SFX, f32, float, 16, 8, 4, S)                                                                \
+PGTF_GVEC(SFX, f16, uint16_t, 16, 8, 4, S)                                                             \
+PGTF_GVEC(SFX, bf16, uint16_t, 16, 8, 4, S)                                                            \
+PGTF_GVEC(SFX, f64, double, 8, 4, 2, (S) / 2)                                                          \
+PGTF_GROWS(SFX, f32, float, 4, S, 1, PGTF_GV_ON)                                                       \
+PGTF_GROWS(SFX, f16, uint16_t, 4, S, 0, PGTF_GV_ON)                                                    \
+PGTF_GROWS(SFX, bf16, uint16_t, 4, S, 0, PGTF_GV_ON)                                                   \
+PGTF_GROWS(SFX, f64, double, 2, (S) / 2, 1, PGTF_GV_ON)
+#define PGTF_GVARIANT_LEVEL(SFX) PGTF_GVARIANT(SFX, PGTF_LANES_##SFX)
+#define PG_ISA_GEN PGTF_GVARIANT_LEVEL
+#include "pg_isa_variants.h"
+#define PGTF_GATHER(DT)                                                                                \
+static inline void pgtf_gather_##DT(int isa, const pgtf_gather_t *s, Py_ssize_t m0, Py_ssize_t m1)     \
+{ PG_ISA_PICK(isa, pgtf_grows_##DT, (s, m0, m1)); }
+#else
+#define PGTF_GATHER(DT)                                                                                \
+PGTF_GROWS(scalar, DT, PGTF_GT_##DT, 1, 0, 0, PGTF_GV_OFF)                                             \
+static inline void pgtf_gather_##DT(int isa, const pgtf_gather_t *s, Py_ssize_t m0, Py_ssize_t m1)     \
+{ (void)isa; pgtf_grows_##DT##_scalar(s, m0, m1); }
+#define PGTF_GT_f32 float
+#define PGTF_GT_f64 double
+#define PGTF_GT_f16 uint16_t
+#define PGTF_GT_bf16 uint16_t
+#endif
+/* Output rows [m0, m1) of the gather gradient at ISA level isa (any strides). */
+PGTF_GATHER(f32)
+PGTF_GATHER(f64)
+PGTF_GATHER(f16)
+PGTF_GATHER(bf16)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
