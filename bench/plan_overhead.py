@@ -11,7 +11,8 @@ The kernel column is the plan's captured kernel call run alone from compiled cod
 of 9 rounds, its per-call buffers included, no output allocation): the time K that a plan call and a plain call
 share.  With it a row splits into K, the plan's own per-call cost (plan - K) and the plain call's extra cost
 (function - plan): a ratio of at most 0.5 needs function - plan >= plan.  "-" where the plan replays no kernel
-call (``max_pooling_grad`` on three times the same array: its struct's pointers are ambiguous).
+call.  ``max_pooling_grad`` runs on three times the same array, as in bench/overhead.py (its plan captures the
+kernel call on stand-ins: see ``Launch._capture``).
 """
 from __future__ import annotations
 
