@@ -63,9 +63,18 @@ PLANE_COPY_MAX_W = 32
 # where the windows tile the planes exactly (kernel == stride, no padding, H == Ho * kh, W == Wo * kw) and the
 # planes follow one another at one row stride, the N * C planes are one image of N * C * H rows and each pass is
 # one loop vectorised across rows and planes, in work items of whole row blocks (kh rows: one output row each).
-# Taken for rows of at most TALL_MAX_W values (measured: see below), in chunks of TALL_CHUNK_BYTES of vertical sums
-# (forward) or C rows (backward) per scratch row, which stay in L1 between the two passes.
-TALL_MAX_W = 1 << 30
+# Taken for rows of at most TALL_MAX_W values, in chunks of TALL_CHUNK_BYTES of vertical sums (forward) or C rows
+# (backward) per scratch row, which stay in L1 between the two passes.  Measured (float32 k2s2, 1 thread, kernel
+# time ``Launch.kernel_ns``, tall / old, medians of 7-9 alternating rounds, 2 - 4 runs on a loaded 2-core machine,
+# ``PYTHONPATH=. python bench/experiments/avgflat_threshold.py [--shapes ...]``): forward 0.06-0.15 on 8x8 - 32x32
+# planes (2x16x8x8 0.11-0.13), 0.07-0.49 on 56x56 - 448x448 planes of 0.8 - 3.2 MB, DenseNet-121's transitions
+# 0.10-0.15 at batch 1 and 0.08 (14x14), 0.37 (28x28), 0.48-0.59 (56x56, 12.8 MB, memory-bound) at batch 8;
+# backward 0.08-0.15 on 8x8 - 32x32 planes, DenseNet's 0.07-0.22 at batch 1 and 0.17, 0.36, 0.89-0.97 at batch 8,
+# 0.32-0.96 on 64x64 - 448x448 (writing grad_x is the cost there; column groups of the block's rows written
+# alternately made it 0.99-1.22, hence pg_avg_btall's row-after-row order).  No width lost, so the limit is the
+# widest measured: from 1024 float32 values a row may be one the ring path writes with streaming stores
+# (STREAM_MIN_ROW_BYTES), which the tall path does not have.
+TALL_MAX_W = 448
 TALL_CHUNK_BYTES = 8 << 10
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
