@@ -597,10 +597,16 @@ PG_AVG_TALL_ENTRY(double, f64_avx2, PG_AVG_AVX2, pg_avg_tall_vsum_f64_avx2, pg_a
  * loops exist twice (mul: a multiplication by the exact 1 / d, else the division), chosen once per call. */
 PG_AVG_TALL(float, f32_avx512g, PG_AVG_AVX512)
 PG_AVG_TALL(double, f64_avx512g, PG_AVG_AVX512)
-#define PG_AVG_TALL512(T, S, V, L, M, SET1, LOAD, STORE, ADD, MUL, DIV, PERM2, PERM, IDX, I0, I1, D0, D1)     \
+#define PG_AVG_TALL512(T, S, V, L, M, SET1, LOAD, STORE, ADD0, MUL, DIV, PERM2, PERM, IDX, I0, I1, D0, D1,   \
+                       CMP, MOV)                                                                             \
 PG_AVG_AVX512 static inline M pg_avg_tall_m_##S(Py_ssize_t k) {                                              \
     return k >= L ? (M)~(M)0 : k <= 0 ? (M)0 : (M)(((M)1 << k) - 1);                                        \
 }                                                                                                            \
+/* a + b keeping a's NaN where both are NaN, as the plane loops' compiled scalar adds do (GCC may swap the  \
+ * operands of a vector add, and x86 keeps the first source's NaN: measured, the sign of an inf - inf NaN    \
+ * then differed from the plane path's in the column sums) */                                               \
+PG_AVG_AVX512 static inline __attribute__((always_inline)) V pg_avg_tall_addl_##S(V a, V b)                  \
+{ return MOV(ADD0(a, b), CMP(a, a, _CMP_UNORD_Q), a); }                                                      \
 PG_AVG_AVX512 static inline __attribute__((always_inline)) V pg_avg_tall_q_##S(V v, V vd, V vr, const int mul) \
 { return mul ? MUL(v, vr) : DIV(v, vd); }                                                                    \
 PG_AVG_AVX512 static void pg_avg_tall_vsum_##S(T *restrict Sv, const T *restrict x, Py_ssize_t xh,          \
@@ -611,8 +617,9 @@ PG_AVG_AVX512 static void pg_avg_tall_vsum_##S(T *restrict Sv, const T *restrict
         T *s = Sv + r * W;                                                                                   \
         for (Py_ssize_t c = 0; c < W; c += L) {                                                              \
             M k = pg_avg_tall_m_##S(W - c);                                                                  \
-            V v = ADD(LOAD(k, x0 + c), z);                                                                   \
-            for (Py_ssize_t a = 1; a < kh; a++) v = ADD(v, LOAD(k, x0 + a * xh + c));                        \
+            V v = ADD0(LOAD(k, x0 + c), z);                                                                  \
+            for (Py_ssize_t a = 1; a < kh; a++)                                                              \
+                v = pg_avg_tall_addl_##S(v, LOAD(k, x0 + a * xh + c));                                       \
             STORE(s + c, k, v);                                                                              \
         }                                                                                                    \
     }                                                                                                        \
@@ -628,7 +635,7 @@ PG_AVG_AVX512 static inline __attribute__((always_inline)) void pg_avg_tall_h_##
             Py_ssize_t left = 2 * (n - j);                                                                   \
             V a = LOAD(pg_avg_tall_m_##S(left), Sv + 2 * j);                                                 \
             V b = LOAD(pg_avg_tall_m_##S(left - L), Sv + 2 * j + L);                                         \
-            v = ADD(PERM2(a, p0, b), PERM2(a, p1, b));                                                       \
+            v = pg_avg_tall_addl_##S(PERM2(a, p0, b), PERM2(a, p1, b));                                      \
         }                                                                                                    \
         STORE(y + j, pg_avg_tall_m_##S(n - j), pg_avg_tall_q_##S(v, vd, vr, mul));                           \
     }                                                                                                        \
@@ -648,7 +655,7 @@ PG_AVG_AVX512 static inline __attribute__((always_inline)) void pg_avg_btall_tk_
     const V z = SET1(0);                                                                                     \
     const IDX q0 = D0, q1 = D1;                                                                              \
     for (Py_ssize_t j = 0; j < n; j += L) {                                                                  \
-        V t = ADD(pg_avg_tall_q_##S(LOAD(pg_avg_tall_m_##S(n - j), g + j), vd, vr, mul), z);                 \
+        V t = ADD0(pg_avg_tall_q_##S(LOAD(pg_avg_tall_m_##S(n - j), g + j), vd, vr, mul), z);                \
         if (kw == 1) {                                                                                       \
             STORE(Tv + j, pg_avg_tall_m_##S(n - j), t);                                                      \
         } else {                                                                                             \
@@ -688,12 +695,14 @@ PG_AVG_TALL512(float, f32_avx512, __m512, 16, __mmask16, _mm512_set1_ps, _mm512_
                _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
                _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
                _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
-               _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15))
+               _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+               _mm512_cmp_ps_mask, _mm512_mask_mov_ps)
 PG_AVG_TALL512(double, f64_avx512, __m512d, 8, __mmask8, _mm512_set1_pd, _mm512_maskz_loadu_pd,
                _mm512_mask_storeu_pd, _mm512_add_pd, _mm512_mul_pd, _mm512_div_pd, _mm512_permutex2var_pd,
                _mm512_permutexvar_pd, __m512i,
                _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15),
-               _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3), _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7))
+               _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3), _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7),
+               _mm512_cmp_pd_mask, _mm512_mask_mov_pd)
 PG_AVG_TALL_ENTRY(float, f32_avx512, PG_AVG_AVX512, pg_avg_tall_vsum_f32_avx512, pg_avg_tall_hsum_f32_avx512,
                   pg_avg_btall_t_f32_avx512, pg_avg_btall_rows_f32_avx512)
 PG_AVG_TALL_ENTRY(double, f64_avx512, PG_AVG_AVX512, pg_avg_tall_vsum_f64_avx512, pg_avg_tall_hsum_f64_avx512,
