@@ -59,6 +59,23 @@ STREAM_MIN_ROW_BYTES = 4096
 PLANE_MAX_BYTES = 128 << 10
 PLANE_MAX_W = 48
 PLANE_COPY_MAX_W = 32
+# Tall-image mode (float32 / float64, plane-contiguous NCHW; pg_avg_tall / pg_avg_btall in src_c/pg_avg.h):
+# where the windows tile the planes exactly (kernel == stride, no padding, H == Ho * kh, W == Wo * kw) and the
+# planes follow one another at one row stride, the N * C planes are one image of N * C * H rows and each pass is
+# one loop vectorised across rows and planes, in work items of whole row blocks (kh rows: one output row each).
+# Taken for rows of at most TALL_MAX_W values, in chunks of TALL_CHUNK_BYTES of vertical sums (forward) or C rows
+# (backward) per scratch row, which stay in L1 between the two passes.  Measured (float32 k2s2, 1 thread, kernel
+# time ``Launch.kernel_ns``, tall / old, medians of 7-9 alternating rounds, 2 - 4 runs on a loaded 2-core machine,
+# ``PYTHONPATH=. python bench/experiments/avgflat_threshold.py [--shapes ...]``): forward 0.06-0.15 on 8x8 - 32x32
+# planes (2x16x8x8 0.11-0.13), 0.07-0.49 on 56x56 - 448x448 planes of 0.8 - 3.2 MB, DenseNet-121's transitions
+# 0.10-0.15 at batch 1 and 0.08 (14x14), 0.37 (28x28), 0.48-0.59 (56x56, 12.8 MB, memory-bound) at batch 8;
+# backward 0.08-0.15 on 8x8 - 32x32 planes, DenseNet's 0.07-0.22 at batch 1 and 0.17, 0.36, 0.89-0.97 at batch 8,
+# 0.32-0.96 on 64x64 - 448x448 (writing grad_x is the cost there; column groups of the block's rows written
+# alternately made it 0.99-1.22, hence pg_avg_btall's row-after-row order).  No width lost, so the limit is the
+# widest measured: from 1024 float32 values a row may be one the ring path writes with streaming stores
+# (STREAM_MIN_ROW_BYTES), which the tall path does not have.
+TALL_MAX_W = 448
+TALL_CHUNK_BYTES = 8 << 10
 # Channels-last: the divisor table is repeated over the channels (so that the division loop runs over contiguous
 # W*C values) while that takes at most this many values; bigger tables are broadcast per column in the kernel.
 DV_REPEAT_MAX = 1 << 20
@@ -255,6 +272,24 @@ def _plane_rows(ap: _AvgParams, clo_h: np.ndarray, chi_h: np.ndarray, itemsize: 
     return rows, m, kh
 
 
+def _tall_plan(ap: _AvgParams, a4: np.ndarray, nthreads: int, itemsize: int) -> tuple[int, int, int, int]:
+    """Tall-image mode for the kernel view ``a4`` (x or grad_x, logical NCHW): (row blocks per work item, kh,
+    kw, row blocks per scratch chunk), or zeros where the windows do not tile the planes, the planes are not one
+    tall image, or the rows are wider than TALL_MAX_W.  With one thread one item; else AVG_ITEMS_PER_THREAD per
+    thread (the split only moves item boundaries: every output is computed the same way)."""
+    (H, W), (Ho, Wo), (kh, kw), (sh, sw), (ph, pw) = ap.size, ap.out, ap.kernel, ap.stride, ap.padding
+    if ((kh, kw) != (sh, sw) or ph or pw or H != Ho * kh or W != Wo * kw or W > TALL_MAX_W
+            or not _avg_pool.tall_stride(a4, kh, kw, Ho, Wo)):
+        return 0, 0, 0, 0
+    table = _divisors(ap.key(), "d")[0]
+    if not np.all(table == table.flat[0]):     # (whole windows: always one divisor; the kernels read dv[0, 0])
+        return 0, 0, 0, 0
+    rows = a4.shape[0] * a4.shape[1] * Ho
+    cap = min(rows, max(1, TALL_CHUNK_BYTES // (W * itemsize)))
+    item = rows if nthreads == 1 else max(1, -(-rows // (AVG_ITEMS_PER_THREAD * nthreads)))
+    return item, kh, kw, cap
+
+
 def _round_up(n: int, m: int = 16) -> int:
     return -(-n // m) * m
 
@@ -324,10 +359,10 @@ class _ForwardPlan:
         y4 = kernel_view(to_nchw(y, self.layout))
         run = self.run
         if run is None:
-            run = self.run = self._plan(xk)
-        tables, channel, plane, win, rowacc_off, scratch_pool, nthreads = run
+            run = self.run = self._plan(xk, y4)
+        tables, channel, plane, win, rowacc_off, scratch_pool, nthreads, tall = run
         scratch = scratch_pool.take()
-        call = (self.dt, xk, y4, *tables, channel, plane, win, scratch, rowacc_off, nthreads)
+        call = (self.dt, xk, y4, *tables, channel, plane, win, scratch, rowacc_off, nthreads, *tall)
         _avg_pool.forward(*call)
         scratch_pool.give(scratch)
         if self.launch is None:
@@ -337,7 +372,7 @@ class _ForwardPlan:
                            and rec.view(2, 1, y, y4) and rec)
         return y
 
-    def _plan(self, xk: np.ndarray) -> tuple:
+    def _plan(self, xk: np.ndarray, y4: np.ndarray) -> tuple:
         ap = self.ap
         N, C, H, W = xk.shape
         Ho, Wo = ap.out
@@ -363,12 +398,20 @@ class _ForwardPlan:
         # rowacc: one channel vector (channels-last), for the 16-bit types one row of Wo quotients or (plane)
         # all Ho * Wo of them, for flat planes all their Ho * Wo sums
         rows = rowacc_off + _round_up(max(cs, Ho * Wo if plane and (narrow or flat) else Wo))
+        # tall image: (row blocks per item, kh, kw, row blocks per chunk); a scratch row holds a chunk's vertical
+        # sums
+        tall = (0, 0, 0, 0)
+        if not channel and not narrow and y4.flags.c_contiguous:
+            item, kh, kw, chunk = _tall_plan(ap, xk, nthreads, acc.itemsize)
+            if item:
+                tall = (item, kh, kw, chunk)
+                rows = max(rows, _round_up(chunk * W))
         pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
         # channels-last windows that do not overlap along the row (kernel <= stride): each summed straight
         # from x, without writing and reading S (DenseNet's k2s2 NHWC float32 forward, batch 8, 1 thread,
         # CPU-time medians: 0.98-1.01x PyTorch's out= time, against 0.82-1.01x through S in the run before)
         win = channel and ap.kernel[1] <= ap.stride[1]
-        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, plane, win, rowacc_off, pool, nthreads
+        return (dv, hidx, lo_h, hi_h, lo_w, hi_w), channel, plane, win, rowacc_off, pool, nthreads, tall
 
 
 def avg_pool2d_backward(grad_output: Any, x: Any, kernel_size: IntOrPair, stride: IntOrPair | None = None,
@@ -476,9 +519,9 @@ class _BackwardPlan:
         gather = self.gather
         if gather is None:
             gather = self.gather = _plan_gather(self.dt, self.ap, gok, gxk, self.mode, self.nthreads)
-        args, offsets, pool, nthreads = gather
+        args, offsets, pool, nthreads, tall = gather
         scratch = pool.take()
-        call = (self.dt, gxk, gok, *args, scratch, offsets, nthreads)
+        call = (self.dt, gxk, gok, *args, scratch, offsets, nthreads, *tall)
         _avg_pool.backward(*call)
         pool.give(scratch)
         if not direct[0]:
@@ -510,7 +553,7 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
     channel = channel_inner(gx4)
     cs = C if channel else 1
     units = N if channel else N * C
-    nthreads = threads_for(gx4.size + go4.size, nthreads)
+    nthreads = threads = threads_for(gx4.size + go4.size, nthreads)
     acc = _acc_dtype(dt)
     gather = _column_gather(ap.kernel[1], ap.stride[1], Wo)
     dv_rep = cs > 1 and _divisors(ap.key(), acc.char)[0].size * cs <= DV_REPEAT_MAX
@@ -537,7 +580,16 @@ def _plan_gather(dt: str, ap: _AvgParams, go4: np.ndarray, gx4: np.ndarray, mode
              H * W if plane[2] > 3 else Ho * W if plane[0] and plane[2] == 0 else 0]
     offsets = np.cumsum([0] + [_round_up(n) for n in sizes]).astype(np.int64)
     rows = int(offsets[-1])
+    # tall image (float32 / float64, grad / divisor): (row blocks per item, kh, kw, row blocks per chunk); a
+    # scratch row holds a chunk's C rows
+    tall = (0, 0, 0, 0)
+    if not channel and dt in ("f32", "f64") and mode == _MODE_KEEP and go4.flags.c_contiguous:
+        item, kh, kw, chunk = _tall_plan(ap, gx4, threads, acc.itemsize)
+        if item:
+            tall = (item, kh, kw, chunk)
+            rows = max(rows, _round_up(chunk * W))
+            nthreads = max(1, min(threads, -(-N * C * Ho // item)))
     pool = ScratchPool(lambda: thread_rows(nthreads, rows, acc))
     args = (dv, hidx, clo_h, chi_h, clo_w, chi_w, ph_n, ph_o, part, ap.stride[1], left, mode, channel, cap,
             stream, dv_rep, float(lcm)) + plane
-    return args, read_only(offsets[:6].copy())[0], pool, nthreads
+    return args, read_only(offsets[:6].copy())[0], pool, nthreads, tall
