@@ -38,6 +38,18 @@ UNIFORM_MAX_CELLS = 1 << 16
 # (the row kernel's own steps with W, such as k2s2 64 -> 72, 1.58 -> 2.73, are not the tiles').  So (density
 # up to, most cells per plane):
 PLANES_MAX_CELLS = ((1.5, 56 * 56), (4.0, 96 * 96), (float("inf"), 120 * 120))
+# Among those, 2x2 windows that tile the planes exactly (kernel 2 stride 2 on even sizes, adaptive halving; float32
+# and float64, output rows of at most one AVX-512 vector) run on the planes as they lie, without the tiles'
+# transposing copies (``_max_pool_indices.argmax_forward_planes`` with ``flat``; pg_flat2 in pg_argmax.h), where
+# a vector of outputs (whole output rows of one plane) fills at least FLAT_MIN_FILL of its lanes.  Measured,
+# float32 at one thread, Launch.kernel_ns medians of 7 interleaved rounds on a loaded machine
+# (``PYTHONPATH=. python bench/experiments/maxflat_kernels.py``), tiles time / flat time by lanes filled of 16:
+# 16 lanes 1.58-1.88 (2x16x8x8, 8x16x8x8), 2.5-4.6 (16x16 - 32x32 planes, 8x832x14x14: 14 lanes), 9 lanes 1.34
+# (8x64x6x6), 8 lanes 1.03-1.18 (8x64x4x8, 8x64x8x4), 4 lanes 0.70-0.75 (8x64x4x4), 1 lane 0.29 (8x64x2x2);
+# float64, of 8 lanes: 4 lanes 1.09 (8x64x4x4), 6 lanes 1.66 (8x64x6x6), 8 lanes 1.90-2.91, 7 lanes 4.40
+# (1x832x14x14).
+FLAT_2X2 = True
+FLAT_MIN_FILL = 0.5
 
 
 class ArgmaxPlan:
@@ -158,6 +170,7 @@ class PlaneArgmax:
         if not self.ok:
             return
         self.dt, self.it, self.nthreads, self.win_h, self.win_w = dt, it, nthreads, win_h, win_w
+        self.flat = FLAT_2X2 and _flat_fill(dt, ind4.shape[2], ind4.shape[3]) >= FLAT_MIN_FILL
         nbytes = _max_pool_indices.planes_scratch_bytes(dt, it, H, W, ind4.shape[2], ind4.shape[3], N * C,
                                                         self.groups)
         self.scratch = ScratchPool(lambda: thread_rows(nthreads, nbytes, np.uint8))
@@ -173,7 +186,16 @@ class PlaneArgmax:
         was planned with, for run() and launch records."""
         win_h, win_w = self.win_h, self.win_w
         return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], step[0], win_w["start"],
-                win_w["count"], step[1], self.groups, scratch, self.nthreads)
+                win_w["count"], step[1], self.groups, scratch, self.nthreads, self.flat)
+
+
+def _flat_fill(dt: str, Ho: int, Wo: int) -> float:
+    """The share of a vector's lanes the flat 2x2 forward fills: it holds as many whole output rows of one
+    plane as fit (16 float32 or 8 float64 lanes); 0 for other types and rows longer than a vector."""
+    lanes = {"f32": 16, "f64": 8}.get(dt, 0)
+    if not 0 < Wo <= lanes:
+        return 0.0
+    return min(lanes // Wo, Ho) * Wo / lanes
 
 
 class UniformArgmax:
