@@ -22,6 +22,9 @@ KINDS = ["normal", "ties", "nan"]
 # 8, 31, 32, 33, 64, 97, 130
 TAKEN = [(2, 16, 8, 8), (1, 8, 14, 14), (1, 31, 4, 6), (3, 11, 6, 2), (1, 33, 40, 4), (2, 32, 2, 32),
          (1, 97, 10, 12), (2, 65, 6, 16)]
+# planes of at most half a vector of outputs, side by side in a vector (2x2 planes: 16 per vector, 4x4: 4, 4x8:
+# 2, 6x4: 2 with 4 spare lanes; the last vector of a group partial)
+PACKED = [(8, 16, 2, 2), (2, 17, 4, 4), (1, 45, 4, 8), (3, 13, 6, 4), (1, 130, 4, 4)]
 # float64 takes output rows up to 8 lanes: (16 -> 8 one row per vector, 6 -> 3 two rows)
 TAKEN_F64 = [(2, 16, 8, 16), (1, 40, 12, 6)]
 # (N, C, H, W, kernel, stride, padding, dilation, ceil_mode) that the flat forward does not take
@@ -94,9 +97,9 @@ def _reference(x4, y, ind, ref_y, ref_i) -> None:
 
 
 def _cases():
-    for shape in TAKEN:
+    for shape in TAKEN + PACKED:
         yield shape, np.dtype(np.float32)
-    for shape in TAKEN_F64 + TAKEN[:3]:
+    for shape in TAKEN_F64 + TAKEN[:3] + PACKED[:3]:
         yield shape, np.dtype(np.float64)
 
 
@@ -158,18 +161,21 @@ def test_dtypes_and_long_rows(monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("view", ["strided_c", "sliced_rows", "negative", "misaligned"])
-def test_views(monkeypatch, view):
-    """Planes apart in memory (a channel stride) and a misaligned buffer (copied first) are taken; rows that are
-    not dense and negative strides are not (the tiles read them with strides)."""
+@pytest.mark.parametrize("hw", [(8, 10), (4, 4)])
+def test_views(monkeypatch, view, hw):
+    """Planes apart in memory (a channel stride: 4x4 planes then go a plane per vector, not packed) and a
+    misaligned buffer (copied first) are taken; rows that are not dense and negative strides are not (the tiles
+    read them with strides)."""
     rng = np.random.default_rng(9)
-    x4 = pgtest.random_values(rng, (2, 40, 8, 10), np.float32, "ties")
+    H, W = hw
+    x4 = pgtest.random_values(rng, (2, 40, H, W), np.float32, "ties")
     expect = _expect_flat()
     if view == "strided_c":
-        big = np.zeros((2, 80, 8, 10), np.float32)
+        big = np.zeros((2, 80, H, W), np.float32)
         big[:, ::2] = x4
         x = big[:, ::2]
     elif view == "sliced_rows":
-        big = np.zeros((2, 40, 16, 10), np.float32)
+        big = np.zeros((2, 40, 2 * H, W), np.float32)
         big[:, :, ::2] = x4
         x = big[:, :, ::2]
         expect = "planes"
@@ -224,19 +230,23 @@ def test_signed_zeros_and_nan_payloads(monkeypatch):
 
 
 def test_default_threshold(monkeypatch):
-    """By default the flat forward runs where its vectors fill at least FLAT_MIN_FILL of their lanes (whole
-    output rows of one plane: 16 float32 or 8 float64 lanes), the tiles elsewhere."""
+    """By default the flat forward runs where its vectors fill at least FLAT_MIN_FILL of their lanes (16 float32
+    or 8 float64: whole planes side by side where small planes lie one after another, else whole output rows of
+    one plane), the tiles elsewhere."""
     taken = _spy(monkeypatch)
-    for shape, dtype, flat in [((2, 16, 8, 8), np.float32, True),        # 4 rows of 4: 16 of 16 lanes
-                               ((1, 32, 4, 8), np.float32, True),        # 2 rows of 4: 8 of 16
-                               ((1, 32, 6, 6), np.float32, True),        # 3 rows of 3: 9 of 16
-                               ((1, 32, 4, 4), np.float32, False),       # 2 rows of 2: 4 of 16
-                               ((1, 32, 4, 4), np.float64, True),        # 4 of 8
-                               ((1, 32, 2, 4), np.float64, False),       # 1 row of 2: 2 of 8
-                               ((1, 32, 8, 8), np.float16, False)]:
+    apart = np.zeros((1, 64, 4, 4), np.float32)[:, ::2]         # planes 32 cells apart: no packing
+    for x, flat in [(np.zeros((2, 16, 8, 8), np.float32), True),      # 4 rows of 4: 16 of 16 lanes
+                    (np.zeros((1, 32, 6, 6), np.float32), True),      # 3 rows of 3: 9 of 16
+                    (np.zeros((1, 32, 4, 4), np.float32), True),      # 4 planes of 2x2: 16 of 16
+                    (np.zeros((1, 32, 2, 6), np.float32), True),      # 5 planes of 1x3: 15 of 16
+                    (np.zeros((1, 32, 2, 2), np.float64), True),      # 8 planes of 1x1: 8 of 8
+                    (apart, False),                                   # 2 rows of 2 of one plane: 4 of 16
+                    (np.zeros((1, 64, 2, 2), np.float32)[:, ::2], False),    # 1 of 16
+                    (np.zeros((1, 64, 4, 4), np.float64)[:, ::2], True),     # 4 of 8
+                    (np.zeros((1, 32, 8, 8), np.float16), False)]:
         taken.clear()
-        pg.max_pool2d_with_indices(np.zeros(shape, dtype), 2, 2)
-        assert taken == ["flat" if flat and _expect_flat() == "flat" else "planes"], (shape, dtype)
+        pg.max_pool2d_with_indices(x, 2, 2)
+        assert taken == ["flat" if flat and _expect_flat() == "flat" else "planes"], (x.shape, x.dtype)
 
 
 def test_plan_replays(monkeypatch):

@@ -69,14 +69,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=2000, help="kernel calls per round (kernel_ns: median of 9 parts)")
     ap.add_argument("--adaptive", action="store_true")
     ap.add_argument("--paths", nargs="+", default=["flat", "tiles", "rows"])
+    ap.add_argument("--apart", action="store_true",
+                    help="every other channel of a twice as wide array: planes apart, so none packed")
     args = ap.parse_args(argv)
-    print(f"| shape | {args.dtype} {'adaptive' if args.adaptive else 'k2s2'} | "
+    print(f"| shape | {args.dtype} {'adaptive' if args.adaptive else 'k2s2'}{' apart' if args.apart else ''} | "
           + " | ".join(f"{p} ns/elem" for p in args.paths) + " | "
           + " | ".join(f"{p}/flat" for p in args.paths if p != "flat") + " |")
     print("|---|---|" + "---|" * (2 * len(args.paths) - 1))
     for spec in args.shapes:
         shape = tuple(int(v) for v in spec.split("x"))
         x = np.random.default_rng(0).standard_normal(shape).astype(args.dtype)
+        if args.apart:
+            wide = np.zeros((shape[0], 2 * shape[1]) + shape[2:], args.dtype)
+            wide[:, ::2] = x
+            x = wide[:, ::2]
         made = {p: _plan(x, p, args.adaptive, args.threads) for p in args.paths}
         results = [r for _, _, r in made.values()]
         for y, ind in results[1:]:                      # every path: the same bits
