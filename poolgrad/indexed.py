@@ -38,6 +38,18 @@ UNIFORM_MAX_CELLS = 1 << 16
 # (the row kernel's own steps with W, such as k2s2 64 -> 72, 1.58 -> 2.73, are not the tiles').  So (density
 # up to, most cells per plane):
 PLANES_MAX_CELLS = ((1.5, 56 * 56), (4.0, 96 * 96), (float("inf"), 120 * 120))
+# Among those, 2x2 windows that tile the planes exactly (kernel 2 stride 2 on even sizes, adaptive halving; float32
+# and float64, output rows of at most one AVX-512 vector) run on the planes as they lie, without the tiles'
+# transposing copies (``_max_pool_indices.argmax_forward_planes`` with ``flat``; pg_flat2 in pg_argmax.h), where
+# a vector of outputs - whole small planes side by side where they lie one after another, else whole output rows
+# of one plane - fills at least FLAT_MIN_FILL of its lanes.  Measured, one thread, Launch.kernel_ns medians of 7
+# interleaved rounds on a loaded machine (``PYTHONPATH=. python bench/experiments/maxflat_kernels.py [--dtype
+# float64] [--apart]``), tiles time / flat time: float32, planes one after another, 1.77-5.77 (8x64 planes of
+# 2x2 - 6x6, 2x16x8x8 2.76, 8x16x8x8, 1x / 8x832x14x14, 1x64x28x28, 8x64x32x32), float64 1.71-4.81; planes apart
+# (every other channel: rows of one plane per vector), float32 by lanes filled of 16: 1 0.51, 3 0.91, 4 1.00, 8
+# 1.39, 9 1.57, 16 2.34; float64 of 8: 1 0.66, 3 1.21, 4 1.30.
+FLAT_2X2 = True
+FLAT_MIN_FILL = 0.3
 
 
 class ArgmaxPlan:
@@ -158,6 +170,7 @@ class PlaneArgmax:
         if not self.ok:
             return
         self.dt, self.it, self.nthreads, self.win_h, self.win_w = dt, it, nthreads, win_h, win_w
+        self.flat = FLAT_2X2 and _flat_fill(dt, xk, ind4) >= FLAT_MIN_FILL
         nbytes = _max_pool_indices.planes_scratch_bytes(dt, it, H, W, ind4.shape[2], ind4.shape[3], N * C,
                                                         self.groups)
         self.scratch = ScratchPool(lambda: thread_rows(nthreads, nbytes, np.uint8))
@@ -173,7 +186,28 @@ class PlaneArgmax:
         was planned with, for run() and launch records."""
         win_h, win_w = self.win_h, self.win_w
         return (self.dt, self.it, xk, y4, ind4, win_h["start"], win_h["count"], step[0], win_w["start"],
-                win_w["count"], step[1], self.groups, scratch, self.nthreads)
+                win_w["count"], step[1], self.groups, scratch, self.nthreads, self.flat)
+
+
+def _flat_fill(dt: str, xk: np.ndarray, ind4: np.ndarray) -> float:
+    """The share of a vector's lanes (16 float32 or 8 float64) the flat 2x2 forward fills: as many whole planes
+    as fit where planes of at most half a vector of outputs lie one after another in x and the outputs (whose
+    strides are ``ind4``'s), else as many whole output rows of one plane as fit; 0 for other types and output
+    rows longer than a vector."""
+    lanes = {"f32": 16, "f64": 8}.get(dt, 0)
+    H, W = xk.shape[2], xk.shape[3]
+    Ho, Wo = ind4.shape[2], ind4.shape[3]
+    if not 0 < Wo <= lanes:
+        return 0.0
+    if 2 * Ho * Wo <= lanes and _in_a_row(xk, H * W) and _in_a_row(ind4, Ho * Wo):
+        return lanes // (Ho * Wo) * Ho * Wo / lanes
+    return min(lanes // Wo, Ho) * Wo / lanes
+
+
+def _in_a_row(a: np.ndarray, cells: int) -> bool:
+    """Whether the (n, c) planes of a logical-NCHW array lie one after another, ``cells`` elements apart."""
+    step = a.itemsize * cells
+    return (a.shape[1] == 1 or a.strides[1] == step) and (a.shape[0] == 1 or a.strides[0] == a.shape[1] * step)
 
 
 class UniformArgmax:
