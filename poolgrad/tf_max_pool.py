@@ -104,9 +104,10 @@ GATHER = True
 # pgtf_ftile_* in src_c/pg_tf_max_pool.h): whole output rows of all planes, vector chunks straight from the
 # planes, instead of the planes path's tile copies or the plane path's per-plane rows.  Taken at every size:
 # tiled / old time of the captured kernel call, NCHW float32 k2s2 VALID, median of 9 interleaved rounds
-# (``PYTHONPATH=. python bench/experiments/tffwd_ab.py 9 1``, shared machine, load 4 - 5): 2x16x8x8 0.62,
-# 8x256x13x13 0.45, 8x512x14x14 0.39, 8x128x28x28 0.20, 8x64x32x32 0.18, 8x192x56x56 0.25, 8x64x112x112 0.34
-# (the control row, 1x64x112x112 k3s2 SAME, old path on both sides: 1.00); at 2 threads 0.16 - 0.60.
+# (``PYTHONPATH=. python bench/experiments/tffwd_ab.py 9 1``, shared machine, load 3): 2x16x8x8 0.40,
+# 8x256x13x13 0.49, 8x512x14x14 0.44, 8x128x28x28 0.19, 8x64x32x32 0.16, 8x192x56x56 0.21, 8x64x112x112 0.34
+# (the control row, 1x64x112x112 k3s2 SAME, old path on both sides: 1.02).  2-thread timings on this shared
+# 2-core machine were not usable (12 ms scheduler slices on both sides), so the rule is the 1-thread one.
 # False: never the tiled forward (for tests).
 TILED = True
 

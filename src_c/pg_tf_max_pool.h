@@ -842,8 +842,8 @@ static void pgtf_frows_##DT##_##SFX(const pgtf_gather_t *s, Py_ssize_t m0, Py_ss
    x1; maxima l < L/2 to y0[l], the others to y1[l - L/2].  VT compare lanes, VM their integer lanes, RT / IT
    storage lanes and their shuffle selectors, RCVT storage -> compare lanes (exact), ACC the compare type. */
 #define PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, L)                                          \
-static inline void pgtf_fch_##DT##_##SFX##_##L(const T *x0, const T *x1, Py_ssize_t x_h, Py_ssize_t kh, \
-                                               T *y0, T *y1)                                           \
+PG_INLINE void pgtf_fch_##DT##_##SFX##_##L(const T *x0, const T *x1, Py_ssize_t x_h, Py_ssize_t kh,    \
+                                           T *y0, T *y1)                                               \
 {                                                                                                      \
     VT##L b = (VT##L){0}, v;                                                                           \
     RT##L lo, hi, e, o;                                                                                \
@@ -881,12 +881,14 @@ PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, W3)
 
 /* The windows of one output row (xb NULL: n windows at xa, ya; returns how many it did, all unless n < W3) or
    of two (xb, yb: the second row; 2n must be a chunk width; returns n, or 0 where none is).  Chunk widths
-   W1 > W2 > W3, those above MAXW (this level's vector) unused. */
+   W1 > W2 > W3, those above MAXW (this level's vector) unused.  Forced inline (as the chunks): each call site
+   then has its own constants (xb NULL or not, kh == 2), and a call per output row pair cost more than the
+   chunk itself on 8x8 planes (perf: the call and its vzeroupper were a third of the row loop's time). */
 #define PGTF_FCH(DT, SFX, L, O)                                                                        \
     pgtf_fch_##DT##_##SFX##_##L(xa + 2 * (O), xa + 2 * (O) + (L), x_h, kh, ya + (O), ya + (O) + (L) / 2)
 #define PGTF_FVEC(SFX, DT, T, W1, W2, W3, MAXW)                                                        \
-static inline Py_ssize_t pgtf_fvec_##DT##_##SFX(const T *xa, const T *xb, T *ya, T *yb, Py_ssize_t n,  \
-                                                Py_ssize_t x_h, Py_ssize_t kh)                         \
+PG_INLINE Py_ssize_t pgtf_fvec_##DT##_##SFX(const T *xa, const T *xb, T *ya, T *yb, Py_ssize_t n,     \
+                                            Py_ssize_t x_h, Py_ssize_t kh)                             \
 {                                                                                                      \
     Py_ssize_t ow = 0;                                                                                 \
     if (xb) {                                                                                          \
