@@ -104,12 +104,18 @@ GATHER = True
 # pgtf_ftile_* in src_c/pg_tf_max_pool.h): whole output rows of all planes, vector chunks straight from the
 # planes, instead of the planes path's tile copies or the plane path's per-plane rows.  Taken at every size:
 # tiled / old time of the captured kernel call, NCHW float32 k2s2 VALID, median of 9 interleaved rounds
-# (``PYTHONPATH=. python bench/experiments/tffwd_ab.py 9 1``, shared machine, load 3): 2x16x8x8 0.40,
-# 8x256x13x13 0.49, 8x512x14x14 0.44, 8x128x28x28 0.19, 8x64x32x32 0.16, 8x192x56x56 0.21, 8x64x112x112 0.34
-# (the control row, 1x64x112x112 k3s2 SAME, old path on both sides: 1.02).  2-thread timings on this shared
+# (``PYTHONPATH=. python bench/experiments/tffwd_ab.py 5 1``, shared machine, load 1 - 3): 2x16x8x8 0.58,
+# 8x256x13x13 0.40, 8x512x14x14 0.36, 8x128x28x28 0.21, 8x64x32x32 0.18, 8x192x56x56 0.24, 8x64x112x112 0.36
+# (the control row, 1x64x112x112 k3s2 SAME, old path on both sides: 0.95).  2-thread timings on this shared
 # 2-core machine were not usable (12 ms scheduler slices on both sides), so the rule is the 1-thread one.
 # False: never the tiled forward (for tests).
 TILED = True
+# float16 only takes it with at least this many windows a row, or 2 or 4 (one vector chunk takes two output rows):
+# its exact lane-wise widening costs more than the planes path's copies on rows of 5 - 7 windows.  tiled / old
+# kernel time, float16 (``... tffwd_ab.py 5 1 float16``, load 3): 8x256x13x13 (6 windows) 1.28, 8x512x14x14 (7)
+# 1.22, 8x128x28x28 (14) 0.63, 8x64x32x32 (16) 0.38, 2x16x8x8 (4) 0.46; bfloat16 0.29 - 0.80 at every one of
+# these sizes, float64 0.25 - 0.62.
+TILED_F16_MIN_WO = 8
 
 
 class _Pool:
@@ -210,7 +216,7 @@ class _Pool:
             nparts = 1
             if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
                 nparts = min(Ho, -(-TF_ITEMS_PER_THREAD * nthreads // units))
-            tiled = _tile_items(self, x4, channel, nthreads, TILED)
+            tiled = _forward_tiles(self, x4, channel, nthreads)
             groups = 0 if tiled else self.plane_groups(x4, channel, nthreads)
             scratch = None
             if tiled:
@@ -514,6 +520,13 @@ def _tile_items(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int, enabl
         return 0
     N, C = x4.shape[:2]
     return 1 if nthreads == 1 else min(N * C * Ho, TF_ITEMS_PER_THREAD * nthreads)
+
+
+def _forward_tiles(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int) -> int:
+    """Work items of the tiled forward for kernel view ``x4`` (0: not taken; see TILED and TILED_F16_MIN_WO)."""
+    if pool.dt == "f16" and pool.out_hw[1] < TILED_F16_MIN_WO and pool.out_hw[1] not in (2, 4):
+        return 0
+    return _tile_items(pool, x4, channel, nthreads, TILED)
 
 
 def _gather_items(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int) -> int:

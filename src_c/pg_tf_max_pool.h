@@ -832,52 +832,62 @@ static void pgtf_frows_##DT##_##SFX(const pgtf_gather_t *s, Py_ssize_t m0, Py_ss
 }
 
 #if PGTF_VEC
-/* B takes V where V is greater or NaN (lane-wise, branch-free; VM: the integer lanes of B's width) */
-#define PGTF_FMAX(VM, V, B)                                                                            \
+/* B takes V where V is greater or NaN (lane-wise, branch-free; VM: the integer lanes of B's width); M: the
+   lanes that took it */
+#define PGTF_FMAXM(VM, V, B, M)                                                                        \
     do {                                                                                               \
-        VM m_ = (VM)(((V) > (B)) | ((V) != (V)));                                                      \
-        (B) = (__typeof__(B))(((VM)(V) & m_) | ((VM)(B) & ~m_));                                       \
+        (M) = (VM)(((V) > (B)) | ((V) != (V)));                                                        \
+        (B) = (__typeof__(B))(((VM)(V) & (M)) | ((VM)(B) & ~(M)));                                     \
     } while (0)
 /* L windows: l < L/2 from the 2 * (L/2) values at x0 (window row r at x0 + r * x_h), l >= L/2 from those at
    x1; maxima l < L/2 to y0[l], the others to y1[l - L/2].  VT compare lanes, VM their integer lanes, RT / IT
-   storage lanes and their shuffle selectors, RCVT storage -> compare lanes (exact), ACC the compare type. */
-#define PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, L)                                          \
+   storage lanes and their integer lanes (also the shuffle selectors), RCVT storage -> compare lanes (exact),
+   MCVT a VM mask -> an IT mask, ACC the compare type.  The 16-bit types (sizeof(T) < sizeof(ACC)) select the
+   winners' storage bits alongside (bs) and store those with the quiet bit set on NaNs (NANX: the exponent
+   mask, QBIT: the quiet bit): what pg_store_* gives for a widened 16-bit value, without a narrowing per lane. */
+#define PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, L)                        \
 PG_INLINE void pgtf_fch_##DT##_##SFX##_##L(const T *x0, const T *x1, Py_ssize_t x_h, Py_ssize_t kh,    \
                                            T *y0, T *y1)                                               \
 {                                                                                                      \
     VT##L b = (VT##L){0}, v;                                                                           \
+    IT##L bs = (IT##L){0}, u;                                                                          \
     RT##L lo, hi, e, o;                                                                                \
-    ACC mx[L];                                                                                         \
+    VM##L m;                                                                                           \
     Py_ssize_t r;                                                                                      \
-    int l;                                                                                             \
     for (r = 0; r < kh; r++) {                                                                         \
         memcpy(&lo, x0 + r * x_h, sizeof lo);                                                          \
         memcpy(&hi, x1 + r * x_h, sizeof hi);                                                          \
         PGTF_GSHUF(e, lo, hi, IT##L, L, 2 * l);                                                        \
         PGTF_GSHUF(o, lo, hi, IT##L, L, 2 * l + 1);                                                    \
         v = RCVT(e, L);                                                                                \
-        if (r == 0)                                                                                    \
+        if (r == 0) {                                                                                  \
             b = v;                                                                                     \
-        else                                                                                           \
-            PGTF_FMAX(VM##L, v, b);                                                                    \
+            bs = (IT##L)e;                                                                             \
+        } else {                                                                                       \
+            PGTF_FMAXM(VM##L, v, b, m);                                                                \
+            u = MCVT(m, L);                                                                            \
+            bs = ((IT##L)e & u) | (bs & ~u);                                                           \
+        }                                                                                              \
         v = RCVT(o, L);                                                                                \
-        PGTF_FMAX(VM##L, v, b);                                                                        \
+        PGTF_FMAXM(VM##L, v, b, m);                                                                    \
+        u = MCVT(m, L);                                                                                \
+        bs = ((IT##L)o & u) | (bs & ~u);                                                               \
     }                                                                                                  \
-    if (sizeof(T) == sizeof(ACC)) {   /* float32 / float64: pg_store_* is the identity, two half stores */ \
+    if (sizeof(T) == sizeof(ACC)) {   /* float32 / float64: pg_store_* is the identity */              \
         memcpy(y0, &b, (L) / 2 * sizeof(T));                                                           \
         memcpy(y1, (const char *)&b + (L) / 2 * sizeof(T), (L) / 2 * sizeof(T));                      \
         return;                                                                                        \
     }                                                                                                  \
-    memcpy(mx, &b, sizeof mx);                                                                         \
-    for (l = 0; l < (L) / 2; l++) {                                                                    \
-        y0[l] = pg_store_##DT(mx[l]);                                                                  \
-        y1[l] = pg_store_##DT(mx[(L) / 2 + l]);                                                        \
-    }                                                                                                  \
+    bs |= ((bs & 0x7fff) > (NANX)) & (QBIT);                                                           \
+    memcpy(y0, &bs, (L) / 2 * sizeof(T));                                                              \
+    memcpy(y1, (const char *)&bs + (L) / 2 * sizeof(T), (L) / 2 * sizeof(T));                         \
 }
-#define PGTF_FCHUNKS(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, W1, W2, W3)                                \
-PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, W1)                                                 \
-PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, W2)                                                 \
-PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, W3)
+#define PGTF_FCHUNKS(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W1, W2, W3)              \
+PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W1)                               \
+PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W2)                               \
+PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W3)
+#define PGTF_FMK_SAME(M, L) (M)
+#define PGTF_FMK_16(M, L) __builtin_convertvector((M), pgtf_gs##L)
 
 /* The windows of one output row (xb NULL: n windows at xa, ya; returns how many it did, all unless n < W3) or
    of two (xb, yb: the second row; 2n must be a chunk width; returns n, or 0 where none is).  Chunk widths
@@ -914,10 +924,14 @@ PG_INLINE Py_ssize_t pgtf_fvec_##DT##_##SFX(const T *xa, const T *xb, T *ya, T *
     return ow;                                                                                         \
 }
 #define PGTF_FVARIANT(SFX, S)                                                                          \
-PGTF_FCHUNKS(SFX, f32, float, float, pgtf_gf, pgtf_gi, pgtf_gf, pgtf_gi, PGTF_GCV_F32, 16, 8, 4)       \
-PGTF_FCHUNKS(SFX, f16, uint16_t, float, pgtf_gf, pgtf_gi, pgtf_gh, pgtf_gs, PGTF_GCV_F16, 16, 8, 4)    \
-PGTF_FCHUNKS(SFX, bf16, uint16_t, float, pgtf_gf, pgtf_gi, pgtf_gh, pgtf_gs, PGTF_GCV_BF16, 16, 8, 4)  \
-PGTF_FCHUNKS(SFX, f64, double, double, pgtf_gd, pgtf_gl, pgtf_gd, pgtf_gl, PGTF_GCV_F64, 8, 4, 2)      \
+PGTF_FCHUNKS(SFX, f32, float, float, pgtf_gf, pgtf_gi, pgtf_gf, pgtf_gi, PGTF_GCV_F32, PGTF_FMK_SAME,  \
+             0, 0, 16, 8, 4)                                                                           \
+PGTF_FCHUNKS(SFX, f16, uint16_t, float, pgtf_gf, pgtf_gi, pgtf_gh, pgtf_gs, PGTF_GCV_F16, PGTF_FMK_16,  \
+             0x7c00, 0x0200, 16, 8, 4)                                                                 \
+PGTF_FCHUNKS(SFX, bf16, uint16_t, float, pgtf_gf, pgtf_gi, pgtf_gh, pgtf_gs, PGTF_GCV_BF16, PGTF_FMK_16,\
+             0x7f80, 0x0040, 16, 8, 4)                                                                 \
+PGTF_FCHUNKS(SFX, f64, double, double, pgtf_gd, pgtf_gl, pgtf_gd, pgtf_gl, PGTF_GCV_F64, PGTF_FMK_SAME, \
+             0, 0, 8, 4, 2)                                                                            \
 PGTF_FVEC(SFX, f32, float, 16, 8, 4, S)                                                                \
 PGTF_FVEC(SFX, f16, uint16_t, 16, 8, 4, S)                                                             \
 PGTF_FVEC(SFX, bf16, uint16_t, 16, 8, 4, S)                                                            \

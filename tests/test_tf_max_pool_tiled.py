@@ -132,10 +132,21 @@ def test_taken_where_the_windows_tile(monkeypatch):
     assert seen == [0] * len(seen) and seen
 
 
+def test_float16_takes_it_on_rows_it_is_faster_on(monkeypatch):
+    """float16 (TILED_F16_MIN_WO): taken with 2, 4 or at least 8 windows a row, not with 1, 3, 5, 6 or 7."""
+    rng = np.random.default_rng(6)
+    for wo, taken in ((1, False), (2, True), (3, False), (4, True), (5, False), (6, False), (7, False),
+                      (8, True), (9, True), (16, True)):
+        x = _input(rng, (2, 3, 4, 2 * wo), np.float16, "normal")
+        seen = _tiled_arg(monkeypatch, lambda: max_pool(x, [1, 1, 2, 2], [1, 1, 2, 2], "VALID", "NCHW"))
+        assert seen and all((v > 0) == taken for v in seen), (wo, seen)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_bits_of_the_old_paths(dtype, monkeypatch):
     """Bit for bit the planes path's and the plane path's result (ties, NaNs, signed zeros, signalling NaNs), at
-    1 - 3 threads, and the reference's values."""
+    1 - 3 threads, and the reference's values (float16 on every row width: TILED_F16_MIN_WO off)."""
+    monkeypatch.setattr(tf_max_pool, "TILED_F16_MIN_WO", 0)
     rng = np.random.default_rng(1)
     for shape, k, pad in TAKEN:
         for kind in ("normal", "ties", "nan", "special"):
@@ -165,6 +176,7 @@ def test_not_taken_cases_keep_their_bits(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_isa_level(dtype, monkeypatch):
     """Every instruction-set variant of the vector code (and its chunk widths) gives the plane path's bits."""
+    monkeypatch.setattr(tf_max_pool, "TILED_F16_MIN_WO", 0)
     rng = np.random.default_rng(2)
     for shape, k, pad in TAKEN:
         x = _input(rng, shape, dtype, "special")
@@ -182,6 +194,7 @@ def test_every_isa_level(dtype, monkeypatch):
 def test_memory_orders(dtype, monkeypatch):
     """Strided, negative, Fortran and permuted x (non-unit W strides: the scalar windows; Fortran: the
     channels-last kernels) and NHWC-format arrays over NCHW memory give the contiguous call's bits."""
+    monkeypatch.setattr(tf_max_pool, "TILED_F16_MIN_WO", 0)
     rng = np.random.default_rng(3)
     for shape, k, pad in [TAKEN[0], TAKEN[1], TAKEN[6], TAKEN[9]]:
         x = _input(rng, shape, dtype, "special")

@@ -1,8 +1,8 @@
 """The tiled path of the TF ``max_pool`` forward against the paths it replaces (issue 10, brief tffwd).
 
-    PYTHONPATH=. python bench/experiments/tffwd_ab.py [rounds] [threads]
+    PYTHONPATH=. python bench/experiments/tffwd_ab.py [rounds] [threads] [dtype]
 
-For each shape (NCHW float32, ``threads`` threads) two forward plans are made from the same array, one planned
+For each shape (NCHW, ``dtype`` - float32 unless given: float64, float16, bfloat16 -, ``threads`` threads) two forward plans are made from the same array, one planned
 with ``tf_max_pool.TILED`` off (the planes path for small planes, the plane path for big ones) and one with it on.
 They are timed in alternation, ``rounds`` rounds of a block of calls each; printed: the medians per plan call
 (output allocation included) and per captured kernel call alone (``Launch.kernel_ns``, no allocation), and the
@@ -59,12 +59,13 @@ def _kernel_us(plan, x, y, n):
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    print(f"threads {threads}, {rounds} rounds")
+    dtype = np.dtype(pg.bfloat16 if sys.argv[3:] == ["bfloat16"] else (sys.argv[3] if len(sys.argv) > 3 else "float32"))
+    print(f"threads {threads}, {rounds} rounds, {dtype}")
     print("| shape | k=s | old plan us | tiled plan us | plan tiled/old | old kernel us | tiled kernel us | "
           "kernel tiled/old | path |")
     print("|---|---|---|---|---|---|---|---|---|")
     for shape, k, pad, block in SHAPES:
-        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
         old, y_o = _plan(x, k, pad, threads, False)
         new, y_n = _plan(x, k, pad, threads, True)
         assert y_o.tobytes() == y_n.tobytes(), shape
@@ -76,7 +77,7 @@ def main() -> int:
             kb.append(_kernel_us(new, x, y_n, block))
         ma, mb, mka, mkb = (statistics.median(v) for v in (a, b, ka, kb))
         ks = [1, 1, k[0], k[1]]
-        taken = tf_max_pool._tile_items(tf_max_pool._Pool(x, ks, ks, pad, "NCHW", "x"), x, False, threads, True)
+        taken = tf_max_pool._forward_tiles(tf_max_pool._Pool(x, ks, ks, pad, "NCHW", "x"), x, False, threads)
         print(f"| {'x'.join(map(str, shape))} | {k[0]}x{k[1]} {pad} | {ma:.2f} | {mb:.2f} | {mb / ma:.2f} | "
               f"{mka:.2f} | {mkb:.2f} | {mkb / mka:.2f} | {'tiled' if taken else 'old'} |", flush=True)
     return 0
