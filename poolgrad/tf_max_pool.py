@@ -100,6 +100,22 @@ PLANES = True
 # largest on 8x64x112x112 (26 MB, where the ring path's streaming stores help it).
 # False: never the gather path (for tests).
 GATHER = True
+# The forward of the gather path's case (same test: _tile_items) takes the tiled path (_tf_max_pool's ``tiled``,
+# pgtf_ftile_* in src_c/pg_tf_max_pool.h): whole output rows of all planes, vector chunks straight from the
+# planes, instead of the planes path's tile copies or the plane path's per-plane rows.  Taken at every size:
+# tiled / old time of the captured kernel call, NCHW float32 k2s2 VALID, median of 9 interleaved rounds
+# (``PYTHONPATH=. python bench/experiments/tffwd_ab.py 5 1``, shared machine, load 1 - 3): 2x16x8x8 0.58,
+# 8x256x13x13 0.40, 8x512x14x14 0.36, 8x128x28x28 0.21, 8x64x32x32 0.18, 8x192x56x56 0.24, 8x64x112x112 0.36
+# (the control row, 1x64x112x112 k3s2 SAME, old path on both sides: 0.95).  2-thread timings on this shared
+# 2-core machine were not usable (12 ms scheduler slices on both sides), so the rule is the 1-thread one.
+# False: never the tiled forward (for tests).
+TILED = True
+# float16 only takes it with at least this many windows a row, or 2 or 4 (one vector chunk takes two output rows):
+# its exact lane-wise widening costs more than the planes path's copies on rows of 5 - 7 windows.  tiled / old
+# kernel time, float16 (``... tffwd_ab.py 5 1 float16``, load 3): 8x256x13x13 (6 windows) 1.28, 8x512x14x14 (7)
+# 1.22, 8x128x28x28 (14) 0.63, 8x64x32x32 (16) 0.38, 2x16x8x8 (4) 0.46; bfloat16 0.29 - 0.80 at every one of
+# these sizes, float64 0.25 - 0.62.
+TILED_F16_MIN_WO = 8
 
 
 class _Pool:
@@ -200,23 +216,26 @@ class _Pool:
             nparts = 1
             if nthreads > 1 and units < TF_ITEMS_PER_THREAD * nthreads:
                 nparts = min(Ho, -(-TF_ITEMS_PER_THREAD * nthreads // units))
-            groups = self.plane_groups(x4, channel, nthreads)
+            tiled = _forward_tiles(self, x4, channel, nthreads)
+            groups = 0 if tiled else self.plane_groups(x4, channel, nthreads)
             scratch = None
+            if tiled:
+                nparts = 1
             if groups:
                 nparts = 1
                 nbytes = _tf_max_pool.planes_scratch_bytes(self.dt, H, W, Ho, self.out_hw[1], -(-units // groups),
                                                            0)
                 scratch = ScratchPool(lambda: thread_rows(min(nthreads, groups), nbytes, np.uint8))
             part = (np.arange(nparts + 1, dtype=np.int64) * Ho) // nparts
-            threads = min(nthreads, groups or units * nparts)
+            threads = min(nthreads, tiled or groups or units * nparts)
             win_h = int(np.max(self.hhi - self.hlo))
             plan = self.memo[("forward", nthreads)] = (part, win_h, self.plane_vector_run(W), threads, groups,
-                                                       scratch)
-        part, win_h, vec, threads, groups, scratch_pool = plan
+                                                       scratch, tiled)
+        part, win_h, vec, threads, groups, scratch_pool, tiled = plan
         xk, yk = kernel_view(x4), kernel_view(to_nchw(y, self.data_format))
         scratch = scratch_pool.take() if groups else None
         args = (self.dt, xk, yk, self.hlo, self.hhi, self.wlo, self.whi, part, channel, np.zeros(win_h, np.int32),
-                *vec, threads, groups, scratch)
+                *vec, threads, groups, scratch, tiled)
         _tf_max_pool.max_pool(*args)
         if groups:
             scratch_pool.give(scratch)
@@ -487,18 +506,32 @@ def _run_grad(pool: _Pool, x4: np.ndarray, g4: np.ndarray, gx4: np.ndarray, nthr
     return args, (scratch, columns)
 
 
-def _gather_items(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int) -> int:
-    """Work items of the gather path for kernel view ``x4`` (0: not taken; see GATHER): runs of whole output rows,
-    one at 1 thread, else TF_ITEMS_PER_THREAD per thread (dynamic schedule)."""
-    N, C, H, W = x4.shape
+def _tile_items(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int, enabled: bool) -> int:
+    """Work items of the gather gradient or the tiled forward (0: not taken; see GATHER and TILED): windows two
+    columns wide that tile the input from (0, 0) without overlap, gaps or clipping, plane-contiguous memory; runs
+    of whole output rows of kernel view ``x4``, one at 1 thread, else TF_ITEMS_PER_THREAD per thread (dynamic
+    schedule)."""
     (kh, kw), (Ho, Wo) = pool.ksize, pool.out_hw
-    if channel or not GATHER or tuple(pool.ksize) != tuple(pool.strides) or kw != 2:
+    if channel or not enabled or tuple(pool.ksize) != tuple(pool.strides) or kw != 2:
         return 0
     tiles = all(np.array_equal(lo, np.arange(n) * k) and np.array_equal(hi, lo + k)
                 for lo, hi, n, k in ((pool.hlo, pool.hhi, Ho, kh), (pool.wlo, pool.whi, Wo, kw)))
     if not tiles:
         return 0
+    N, C = x4.shape[:2]
     return 1 if nthreads == 1 else min(N * C * Ho, TF_ITEMS_PER_THREAD * nthreads)
+
+
+def _forward_tiles(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int) -> int:
+    """Work items of the tiled forward for kernel view ``x4`` (0: not taken; see TILED and TILED_F16_MIN_WO)."""
+    if pool.dt == "f16" and pool.out_hw[1] < TILED_F16_MIN_WO and pool.out_hw[1] not in (2, 4):
+        return 0
+    return _tile_items(pool, x4, channel, nthreads, TILED)
+
+
+def _gather_items(pool: _Pool, x4: np.ndarray, channel: bool, nthreads: int) -> int:
+    """Work items of the gather path for kernel view ``x4`` (0: not taken; see GATHER)."""
+    return _tile_items(pool, x4, channel, nthreads, GATHER)
 
 
 def _plan_grad(pool: _Pool, x4: np.ndarray, channel: bool, target: np.ndarray, nthreads: int) -> tuple:

@@ -746,6 +746,218 @@ PGTF_GATHER(f32)
 PGTF_GATHER(f64)
 PGTF_GATHER(f16)
 PGTF_GATHER(bf16)
+
+/* ---- the tiled forward: disjoint, unclipped windows (k == s, no padding: tf_max_pool.py's _tile_items) ----
+ * The forward of the gather gradient's case, with the same work split: output rows m of all planes (m = plane *
+ * Ho + oh) in order, each reading its own kh input rows - no tiles, no copies, no per-plane call.  Vector code
+ * (kw == 2, unit W strides): a chunk of L windows loads 2L values per window row, splits them into the windows'
+ * left and right cells (the gather's shuffles) and keeps the running maxima in lanes, scanning the cells in the
+ * spec's row-major order with its rule (a cell replaces the maximum if greater or NaN, PGTF_FMAX), then stores
+ * each window's maximum as every other path does (pg_store_*: a 16-bit signalling NaN comes out quiet).  Rows of
+ * fewer than L windows: the widest chunk that fits, the last one overlapping the one before (it writes the same
+ * values again); rows of exactly L/2 windows: one chunk takes two output rows (x0 / x1). */
+#define PGTF_FWIN(DT, T, ACC)                                                                          \
+static inline T pgtf_fwin_##DT(const T *xw, Py_ssize_t x_h, Py_ssize_t x_w, Py_ssize_t kh,             \
+                               Py_ssize_t kw)                                                          \
+{   /* one window (any size and strides), scalar */                                                   \
+    ACC b = pg_load_##DT(xw[0]);                                                                       \
+    for (Py_ssize_t r = 0; r < kh; r++)                                                                \
+        for (Py_ssize_t c = (r == 0); c < kw; c++) {                                                   \
+            ACC v = pg_load_##DT(xw[r * x_h + c * x_w]);                                               \
+            if ((v > b) | (v != v)) b = v;                                                             \
+        }                                                                                              \
+    return pg_store_##DT(b);                                                                           \
+}
+PGTF_FWIN(f32, float, float)
+PGTF_FWIN(f64, double, double)
+PGTF_FWIN(f16, uint16_t, float)
+PGTF_FWIN(bf16, uint16_t, float)
+
+/* Output rows [m0, m1) of the tiled forward (see above), one instruction-set variant SFX; FV: the variant's
+   vector windows (PGTF_FV_ON: pgtf_fvec_*, below) or none (PGTF_FV_OFF, MAXW 0); W3 the narrowest chunk.
+   s->g and the grad strides are unused; s->gx is the output. */
+#define PGTF_FV_ON(DT, SFX, ...) pgtf_fvec_##DT##_##SFX(__VA_ARGS__)
+#define PGTF_FV_OFF(DT, SFX, ...) ((Py_ssize_t)0)
+#define PGTF_FROWS(SFX, DT, T, W3, MAXW, FV)                                                           \
+static void pgtf_frows_##DT##_##SFX(const pgtf_gather_t *s, Py_ssize_t m0, Py_ssize_t m1)              \
+{                                                                                                      \
+    const Py_ssize_t C = s->C, Ho = s->Ho, Wo = s->Wo, kh = s->kh, kw = s->kw;                         \
+    const Py_ssize_t x_h = s->x_h, x_w = s->x_w, y_h = s->gx_h, y_w = s->gx_w, xs = kh * x_h;         \
+    const int vec = (MAXW) > 0 && x_w == 1 && y_w == 1 && kw == 2;                                     \
+    const int two = vec && 2 * Wo >= (W3) && 2 * Wo <= (MAXW) && ((2 * Wo) & (2 * Wo - 1)) == 0;      \
+    Py_ssize_t u = m0 / Ho, oh = m0 - u * Ho, n = u / C, c = u - n * C, m = m0;                        \
+    const T *xa = (const T *)s->x + n * s->x_n + c * s->x_c + oh * xs;                                 \
+    T *ya = (T *)s->gx + n * s->gx_n + c * s->gx_c + oh * y_h;                                         \
+    while (m < m1) {                                                                                   \
+        int rows = 1;                                                                                  \
+        if (two && m + 1 < m1) {                                                                       \
+            /* this output row and the next (of this plane, or the first of the next one) */          \
+            const T *xb;                                                                               \
+            T *yb;                                                                                     \
+            if (oh + 1 < Ho) {                                                                         \
+                xb = xa + xs;                                                                          \
+                yb = ya + y_h;                                                                         \
+            } else {                                                                                   \
+                Py_ssize_t c1 = c + 1, n1 = n;                                                         \
+                if (c1 == C) { c1 = 0; n1++; }                                                         \
+                xb = (const T *)s->x + n1 * s->x_n + c1 * s->x_c;                                      \
+                yb = (T *)s->gx + n1 * s->gx_n + c1 * s->gx_c;                                         \
+            }                                                                                          \
+            if (kh == 2)   /* the common k2s2: a constant window height (unrolled rows) */            \
+                FV(DT, SFX, xa, xb, ya, yb, Wo, x_h, 2);                                               \
+            else                                                                                       \
+                FV(DT, SFX, xa, xb, ya, yb, Wo, x_h, kh);                                              \
+            rows = 2;                                                                                  \
+        } else {                                                                                       \
+            Py_ssize_t ow = 0;                                                                         \
+            if (vec && kh == 2)                                                                        \
+                ow = FV(DT, SFX, xa, NULL, ya, NULL, Wo, x_h, 2);                                      \
+            else if (vec)                                                                              \
+                ow = FV(DT, SFX, xa, NULL, ya, NULL, Wo, x_h, kh);                                     \
+            for (; ow < Wo; ow++) ya[ow * y_w] = pgtf_fwin_##DT(xa + ow * kw * x_w, x_h, x_w, kh, kw); \
+        }                                                                                              \
+        for (int r2 = 0; r2 < rows; r2++) {   /* the next output row (and plane) */                     \
+            if (++oh < Ho) {                                                                           \
+                xa += xs;                                                                              \
+                ya += y_h;                                                                             \
+                continue;                                                                              \
+            }                                                                                          \
+            oh = 0;                                                                                    \
+            if (++c == C) { c = 0; n++; }                                                              \
+            xa = (const T *)s->x + n * s->x_n + c * s->x_c;                                            \
+            ya = (T *)s->gx + n * s->gx_n + c * s->gx_c;                                               \
+        }                                                                                              \
+        m += rows;                                                                                     \
+    }                                                                                                  \
+}
+
+#if PGTF_VEC
+/* B takes V where V is greater or NaN (lane-wise, branch-free; VM: the integer lanes of B's width); M: the
+   lanes that took it */
+#define PGTF_FMAXM(VM, V, B, M)                                                                        \
+    do {                                                                                               \
+        (M) = (VM)(((V) > (B)) | ((V) != (V)));                                                        \
+        (B) = (__typeof__(B))(((VM)(V) & (M)) | ((VM)(B) & ~(M)));                                     \
+    } while (0)
+/* L windows: l < L/2 from the 2 * (L/2) values at x0 (window row r at x0 + r * x_h), l >= L/2 from those at
+   x1; maxima l < L/2 to y0[l], the others to y1[l - L/2].  VT compare lanes, VM their integer lanes, RT / IT
+   storage lanes and their integer lanes (also the shuffle selectors), RCVT storage -> compare lanes (exact),
+   MCVT a VM mask -> an IT mask, ACC the compare type.  The 16-bit types (sizeof(T) < sizeof(ACC)) select the
+   winners' storage bits alongside (bs) and store those with the quiet bit set on NaNs (NANX: the exponent
+   mask, QBIT: the quiet bit): what pg_store_* gives for a widened 16-bit value, without a narrowing per lane. */
+#define PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, L)                        \
+PG_INLINE void pgtf_fch_##DT##_##SFX##_##L(const T *x0, const T *x1, Py_ssize_t x_h, Py_ssize_t kh,    \
+                                           T *y0, T *y1)                                               \
+{                                                                                                      \
+    VT##L b = (VT##L){0}, v;                                                                           \
+    IT##L bs = (IT##L){0}, u;                                                                          \
+    RT##L lo, hi, e, o;                                                                                \
+    VM##L m;                                                                                           \
+    Py_ssize_t r;                                                                                      \
+    for (r = 0; r < kh; r++) {                                                                         \
+        memcpy(&lo, x0 + r * x_h, sizeof lo);                                                          \
+        memcpy(&hi, x1 + r * x_h, sizeof hi);                                                          \
+        PGTF_GSHUF(e, lo, hi, IT##L, L, 2 * l);                                                        \
+        PGTF_GSHUF(o, lo, hi, IT##L, L, 2 * l + 1);                                                    \
+        v = RCVT(e, L);                                                                                \
+        if (r == 0) {                                                                                  \
+            b = v;                                                                                     \
+            bs = (IT##L)e;                                                                             \
+        } else {                                                                                       \
+            PGTF_FMAXM(VM##L, v, b, m);                                                                \
+            u = MCVT(m, L);                                                                            \
+            bs = ((IT##L)e & u) | (bs & ~u);                                                           \
+        }                                                                                              \
+        v = RCVT(o, L);                                                                                \
+        PGTF_FMAXM(VM##L, v, b, m);                                                                    \
+        u = MCVT(m, L);                                                                                \
+        bs = ((IT##L)o & u) | (bs & ~u);                                                               \
+    }                                                                                                  \
+    if (sizeof(T) == sizeof(ACC)) {   /* float32 / float64: pg_store_* is the identity */              \
+        memcpy(y0, &b, (L) / 2 * sizeof(T));                                                           \
+        memcpy(y1, (const char *)&b + (L) / 2 * sizeof(T), (L) / 2 * sizeof(T));                      \
+        return;                                                                                        \
+    }                                                                                                  \
+    bs |= ((bs & 0x7fff) > (NANX)) & (QBIT);                                                           \
+    memcpy(y0, &bs, (L) / 2 * sizeof(T));                                                              \
+    memcpy(y1, (const char *)&bs + (L) / 2 * sizeof(T), (L) / 2 * sizeof(T));                         \
+}
+#define PGTF_FCHUNKS(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W1, W2, W3)              \
+PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W1)                               \
+PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W2)                               \
+PGTF_FCHUNK(SFX, DT, T, ACC, VT, VM, RT, IT, RCVT, MCVT, NANX, QBIT, W3)
+#define PGTF_FMK_SAME(M, L) (M)
+#define PGTF_FMK_16(M, L) __builtin_convertvector((M), pgtf_gs##L)
+
+/* The windows of one output row (xb NULL: n windows at xa, ya; returns how many it did, all unless n < W3) or
+   of two (xb, yb: the second row; 2n must be a chunk width; returns n, or 0 where none is).  Chunk widths
+   W1 > W2 > W3, those above MAXW (this level's vector) unused.  Forced inline (as the chunks): each call site
+   then has its own constants (xb NULL or not, kh == 2), and a call per output row pair cost more than the
+   chunk itself on 8x8 planes (perf: the call and its vzeroupper were a third of the row loop's time). */
+#define PGTF_FCH(DT, SFX, L, O)                                                                        \
+    pgtf_fch_##DT##_##SFX##_##L(xa + 2 * (O), xa + 2 * (O) + (L), x_h, kh, ya + (O), ya + (O) + (L) / 2)
+#define PGTF_FVEC(SFX, DT, T, W1, W2, W3, MAXW)                                                        \
+PG_INLINE Py_ssize_t pgtf_fvec_##DT##_##SFX(const T *xa, const T *xb, T *ya, T *yb, Py_ssize_t n,     \
+                                            Py_ssize_t x_h, Py_ssize_t kh)                             \
+{                                                                                                      \
+    Py_ssize_t ow = 0;                                                                                 \
+    if (xb) {                                                                                          \
+        if ((W1) <= (MAXW) && 2 * n == (W1))                                                           \
+            pgtf_fch_##DT##_##SFX##_##W1(xa, xb, x_h, kh, ya, yb);                                     \
+        else if ((W2) <= (MAXW) && 2 * n == (W2))                                                      \
+            pgtf_fch_##DT##_##SFX##_##W2(xa, xb, x_h, kh, ya, yb);                                     \
+        else if (2 * n == (W3))                                                                        \
+            pgtf_fch_##DT##_##SFX##_##W3(xa, xb, x_h, kh, ya, yb);                                     \
+        else                                                                                           \
+            return 0;                                                                                  \
+        return n;                                                                                      \
+    }                                                                                                  \
+    if ((W1) <= (MAXW))                                                                                \
+        for (; ow + (W1) <= n; ow += (W1)) PGTF_FCH(DT, SFX, W1, ow);                                  \
+    if ((W2) <= (MAXW))                                                                                \
+        for (; ow + (W2) <= n; ow += (W2)) PGTF_FCH(DT, SFX, W2, ow);                                  \
+    for (; ow + (W3) <= n; ow += (W3)) PGTF_FCH(DT, SFX, W3, ow);                                      \
+    if (ow < n && n >= (W3)) {     /* the last few windows: a chunk overlapping the previous one */    \
+        PGTF_FCH(DT, SFX, W3, n - (W3));                                                               \
+        ow = n;                                                                                        \
+    }                                                                                                  \
+    return ow;                                                                                         \
+}
+#define PGTF_FVARIANT(SFX, S)                                                                          \
+PGTF_FCHUNKS(SFX, f32, float, float, pgtf_gf, pgtf_gi, pgtf_gf, pgtf_gi, PGTF_GCV_F32, PGTF_FMK_SAME,  \
+             0, 0, 16, 8, 4)                                                                           \
+PGTF_FCHUNKS(SFX, f16, uint16_t, float, pgtf_gf, pgtf_gi, pgtf_gh, pgtf_gs, PGTF_GCV_F16, PGTF_FMK_16,  \
+             0x7c00, 0x0200, 16, 8, 4)                                                                 \
+PGTF_FCHUNKS(SFX, bf16, uint16_t, float, pgtf_gf, pgtf_gi, pgtf_gh, pgtf_gs, PGTF_GCV_BF16, PGTF_FMK_16,\
+             0x7f80, 0x0040, 16, 8, 4)                                                                 \
+PGTF_FCHUNKS(SFX, f64, double, double, pgtf_gd, pgtf_gl, pgtf_gd, pgtf_gl, PGTF_GCV_F64, PGTF_FMK_SAME, \
+             0, 0, 8, 4, 2)                                                                            \
+PGTF_FVEC(SFX, f32, float, 16, 8, 4, S)                                                                \
+PGTF_FVEC(SFX, f16, uint16_t, 16, 8, 4, S)                                                             \
+PGTF_FVEC(SFX, bf16, uint16_t, 16, 8, 4, S)                                                            \
+PGTF_FVEC(SFX, f64, double, 8, 4, 2, (S) / 2)                                                          \
+PGTF_FROWS(SFX, f32, float, 4, S, PGTF_FV_ON)                                                          \
+PGTF_FROWS(SFX, f16, uint16_t, 4, S, PGTF_FV_ON)                                                       \
+PGTF_FROWS(SFX, bf16, uint16_t, 4, S, PGTF_FV_ON)                                                      \
+PGTF_FROWS(SFX, f64, double, 2, (S) / 2, PGTF_FV_ON)
+#define PGTF_FVARIANT_LEVEL(SFX) PGTF_FVARIANT(SFX, PGTF_LANES_##SFX)
+#undef PG_ISA_GEN
+#define PG_ISA_GEN PGTF_FVARIANT_LEVEL
+#include "pg_isa_variants.h"
+#define PGTF_FTILE(DT)                                                                                 \
+static inline void pgtf_ftile_##DT(int isa, const pgtf_gather_t *s, Py_ssize_t m0, Py_ssize_t m1)      \
+{ PG_ISA_PICK(isa, pgtf_frows_##DT, (s, m0, m1)); }
+#else
+#define PGTF_FTILE(DT)                                                                                 \
+PGTF_FROWS(scalar, DT, PGTF_GT_##DT, 1, 0, PGTF_FV_OFF)                                                \
+static inline void pgtf_ftile_##DT(int isa, const pgtf_gather_t *s, Py_ssize_t m0, Py_ssize_t m1)      \
+{ (void)isa; pgtf_frows_##DT##_scalar(s, m0, m1); }
+#endif
+/* Output rows [m0, m1) of the tiled forward at ISA level isa (any strides). */
+PGTF_FTILE(f32)
+PGTF_FTILE(f64)
+PGTF_FTILE(f16)
+PGTF_FTILE(bf16)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
