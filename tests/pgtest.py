@@ -121,3 +121,38 @@ def gather_and_scatter_messages(x: np.ndarray, y: np.ndarray, ind: np.ndarray, k
             poolgrad.max_pool2d_with_indices_backward(np.ones_like(y), x, ind, kernel, layout="NHWC")
         messages.append(str(err.value))
     return messages
+
+
+def spread_bits(rng: np.random.Generator, a: np.ndarray, bits: list[int]) -> None:
+    """Write the storage-type bit patterns ``bits`` (cycled) into 3 * len(bits) random elements of the contiguous
+    array ``a`` (or all of them, when fewer)."""
+    ut = np.dtype(f"u{a.dtype.itemsize}")
+    flat = a.view(ut).reshape(-1)
+    at = rng.choice(flat.size, size=min(flat.size, 3 * len(bits)), replace=False)
+    flat[at] = np.resize(np.array(bits, dtype=ut), at.size)
+
+
+def last_args_of_calls(monkeypatch: pytest.MonkeyPatch, module, name: str, fn) -> list:
+    """Run ``fn()`` with ``module.name`` spied on: the last positional argument of every call it made."""
+    seen = []
+    orig = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        seen.append(args[-1])
+        return orig(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(module, name, spy)
+        fn()
+    return seen
+
+
+def results_with_switches(monkeypatch: pytest.MonkeyPatch, module, settings: list[dict], fn) -> list:
+    """``fn()`` once per dict of ``settings``, with those module attributes set for the call: the results."""
+    out = []
+    for setting in settings:
+        with monkeypatch.context() as m:
+            for name, value in setting.items():
+                m.setattr(module, name, value)
+            out.append(fn())
+    return out

@@ -3,6 +3,7 @@
 example extensions built in a temporary folder and run from several threads without the GIL."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -114,6 +116,31 @@ def run(op: int, inputs: list, outputs: list, p: Params) -> None:
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@contextlib.contextmanager
+def forward_plan_from_threads(op: int, pr, xs: list, wants: list) -> Iterator[tuple]:
+    """A C plan of max forward ``op`` (parameters ``pr``) made for ``xs[0]``, executed 10 times from each of 4
+    threads at once (thread j on ``xs[j]``, into its own outputs): every status OK, no execute took the GIL, the
+    bits of ``wants`` (the Python API's results).  Yields (plan, the GIL-execute count before), then destroys
+    the plan."""
+    outs = [(np.full_like(w[0], np.nan), np.full_like(w[1], -1)) for w in wants]
+    status, plan = create(op, [xs[0], *outs[0]], pr)
+    assert status == OK, error()
+    statuses: list[int] = []
+
+    def work(j: int) -> None:
+        for _ in range(10):
+            statuses.append(execute(plan, [xs[j], *outs[j]]))
+
+    try:
+        before = _capi.gil_executes()
+        _in_threads(work, 4)
+        assert statuses == [OK] * 40 and _capi.gil_executes() == before
+        assert all(_same(o[0], w[0]) and _same(o[1], w[1]) for o, w in zip(outs, wants))
+        yield plan, before
+    finally:
+        API.plan_destroy(plan)
 
 
 def _in_threads(work, n: int) -> None:
@@ -764,20 +791,7 @@ def test_max_pool_forward_executes_without_the_gil(case, dtype):
     else:
         wants = [pg.adaptive_max_pool2d(x, size, layout=lay) for x in xs]
         op, pr = 3, params(layout=layout)
-    outs = [(np.full_like(w[0], np.nan), np.full_like(w[1], -1)) for w in wants]
-    status, plan = create(op, [xs[0], *outs[0]], pr)
-    assert status == OK, error()
-    statuses: list[int] = []
-
-    def work(j: int) -> None:
-        for _ in range(10):
-            statuses.append(execute(plan, [xs[j], *outs[j]]))
-
-    try:
-        before = _capi.gil_executes()
-        _in_threads(work, 4)
-        assert statuses == [OK] * 40 and _capi.gil_executes() == before
-        assert all(_same(o[0], w[0]) and _same(o[1], w[1]) for o, w in zip(outs, wants))
+    with forward_plan_from_threads(op, pr, xs, wants) as (plan, before):
         # the same signature in a memory the plan does not allocate in: y inside a bigger buffer is fine (the
         # strides are what count), indices overlapping y take the GIL path
         y, ind = wants[1]
@@ -789,8 +803,6 @@ def test_max_pool_forward_executes_without_the_gil(case, dtype):
         alias = np.ndarray(ind.shape, ind.dtype, buf, 0)        # shares y's bytes
         assert execute(plan, [xs[1], cy, alias]) == OK
         assert _capi.gil_executes() == before + 1
-    finally:
-        API.plan_destroy(plan)
     # a plan for outputs in another memory order than the plan's own: its executes copy, with the GIL
     fy, fi = np.asfortranarray(np.full_like(wants[2][0], np.nan)), np.asfortranarray(np.full_like(wants[2][1], -1))
     status, plan = create(op, [xs[2], fy, fi], pr)

@@ -274,8 +274,7 @@ def test_plan_replays(monkeypatch):
 def test_c_api_executes_without_the_gil(dtype, adaptive):
     """C API plans capture the flat kernel call too: executes from several threads at once run it without the
     GIL, with the Python API's bits."""
-    from test_capi import API, OK, _in_threads, _same, create, error, execute, params
-    from poolgrad import _capi
+    from test_capi import forward_plan_from_threads, params
     rng = np.random.default_rng(29)
     xs = [pgtest.random_values(rng, (2, 16, 8, 8), dtype, kind) for kind in KINDS + ["normal"]]
     if adaptive:
@@ -284,19 +283,5 @@ def test_c_api_executes_without_the_gil(dtype, adaptive):
     else:
         wants = [pg.max_pool2d_with_indices(x, 2, 2) for x in xs]
         op, pr = 1, params(kernel=(2, 2), stride=(2, 2), padding=(0, 0))
-    outs = [(np.full_like(w[0], np.nan), np.full_like(w[1], -1)) for w in wants]
-    status, plan = create(op, [xs[0], *outs[0]], pr)
-    assert status == OK, error()
-    statuses: list[int] = []
-
-    def work(j: int) -> None:
-        for _ in range(10):
-            statuses.append(execute(plan, [xs[j], *outs[j]]))
-
-    try:
-        before = _capi.gil_executes()
-        _in_threads(work, 4)
-        assert statuses == [OK] * 40 and _capi.gil_executes() == before
-        assert all(_same(o[0], w[0]) and _same(o[1], w[1]) for o, w in zip(outs, wants))
-    finally:
-        API.plan_destroy(plan)
+    with forward_plan_from_threads(op, pr, xs, wants):
+        pass

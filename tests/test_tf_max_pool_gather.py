@@ -63,38 +63,20 @@ def _inputs(rng, shape, k, s, pad, dtype, kind):
     x = pgtest.random_values(rng, shape, dtype, kind)
     y = max_pool(x, _p4(k), _p4(s), pad, "NCHW")
     g = pgtest.random_values(rng, y.shape, dtype)
-    ut, bits = SPECIAL[DT[np.dtype(dtype)]]
-    flat = g.view(ut).reshape(-1)
-    at = rng.choice(flat.size, size=min(flat.size, 3 * len(bits)), replace=False)
-    flat[at] = np.resize(np.array(bits, dtype=ut), at.size)
+    pgtest.spread_bits(rng, g, SPECIAL[DT[np.dtype(dtype)]][1])
     return x, y, g
 
 
 def _gather_arg(monkeypatch, fn):
     """The ``gather`` argument of every kernel call ``fn`` makes (the dispatcher's last positional argument)."""
-    seen = []
-    orig = _tf_max_pool.max_pool_grad
-
-    def spy(*args, **kwargs):
-        seen.append(args[-1])
-        return orig(*args, **kwargs)
-
-    with monkeypatch.context() as m:
-        m.setattr(_tf_max_pool, "max_pool_grad", spy)
-        fn()
-    return seen
+    return pgtest.last_args_of_calls(monkeypatch, _tf_max_pool, "max_pool_grad", fn)
 
 
 def _old_paths(monkeypatch, fn):
     """``fn()`` on the ring paths the gather path replaces: the planes path (where the planes are small) and the
     plane path."""
-    out = []
-    for patches in ((("GATHER", False),), (("GATHER", False), ("PLANES", False))):
-        with monkeypatch.context() as m:
-            for name, value in patches:
-                m.setattr(tf_max_pool, name, value)
-            out.append(fn())
-    return out
+    return pgtest.results_with_switches(monkeypatch, tf_max_pool, [{"GATHER": False}, {"GATHER": False, "PLANES": False}],
+                                        fn)
 
 
 def _assert_ref(got, x, g, k, pad):

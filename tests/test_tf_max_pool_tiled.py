@@ -14,33 +14,12 @@ from pgtest import DTYPES, DTYPE_IDS
 from poolgrad import _tf_max_pool, config, tf_max_pool
 from poolgrad.slow import tf_max_pool as slow
 from poolgrad.tf_max_pool import max_pool
+from test_tf_max_pool_gather import NOT_TAKEN as GATHER_NOT_TAKEN, TAKEN as GATHER_TAKEN
 
-# (shape NCHW, window = stride (h, w), padding): the tiled path's cases
-TAKEN = [
-    ((2, 16, 8, 8), (2, 2), "VALID"),      # bench/plan_overhead.py's row: 4 windows a row, two rows a chunk
-    ((1, 3, 9, 11), (2, 2), "VALID"),      # a row and a column past the last window (never read)
-    ((2, 5, 12, 12), (2, 2), "SAME"),      # SAME where the stride divides the size: no padding
-    ((1, 2, 4, 4), (2, 2), "VALID"),       # 2 windows a row
-    ((1, 3, 6, 2), (2, 2), "VALID"),       # 1 window a row: scalar (float64: two rows in a 2-lane chunk)
-    ((1, 2, 5, 7), (2, 2), "VALID"),       # 3 windows a row: scalar for 32- and 16-bit types
-    ((1, 4, 6, 70), (2, 2), "VALID"),      # 35 windows: chunks of every width, the last one overlapping
-    ((1, 2, 4, 300), (2, 2), "VALID"),     # 150 windows
-    ((3, 7, 10, 34), (2, 2), "VALID"),     # 17 windows
-    ((2, 3, 10, 9), (3, 2), "VALID"),      # 3 window rows
-    ((1, 5, 7, 16), (1, 2), "SAME"),       # 1 window row, 8 windows a row, an odd number of output rows
-    ((1, 1, 6, 8), (2, 2), "VALID"),       # 3 output rows: a pair, then one alone
-    ((2, 3, 32, 32), (2, 2), "VALID"),     # 16 windows a row
-    ((3, 1, 2, 8), (2, 2), "VALID"),       # one output row per plane: pairs across planes
-]
-# (shape NCHW, ksize, strides, padding): windows that overlap, leave gaps, are clipped or are 3 columns wide
-NOT_TAKEN = [
-    ((1, 2, 7, 9), (2, 2), (2, 2), "SAME"),
-    ((1, 2, 8, 8), (3, 3), (2, 2), "VALID"),
-    ((1, 2, 8, 8), (2, 2), (3, 3), "VALID"),
-    ((1, 2, 9, 9), (3, 3), (3, 3), "VALID"),
-    ((1, 2, 8, 8), (2, 2), (2, 1), "VALID"),
-    ((2, 16, 7, 7), (2, 2), (2, 2), "SAME"),
-]
+# The tiled forward and the gather gradient take the same windows: the gather tests' cases (comments there), plus
+# planes of one output row each, which the forward pairs across planes; and a SAME case with clipped windows.
+TAKEN = GATHER_TAKEN + [((3, 1, 2, 8), (2, 2), "VALID")]
+NOT_TAKEN = GATHER_NOT_TAKEN + [((2, 16, 7, 7), (2, 2), (2, 2), "SAME")]
 
 # special x values by dtype, as bit patterns of the storage type: signed zeros, infinities, quiet NaNs with
 # payloads and sign, signalling NaNs (stored quiet by every path for the 16-bit types)
@@ -64,38 +43,20 @@ def _input(rng, shape, dtype, kind):
     """x of values ``kind`` ("special": ties of small integers with the dtype's special values spread in)."""
     x = pgtest.random_values(rng, shape, dtype, "ties" if kind == "special" else kind)
     if kind == "special":
-        ut, bits = SPECIAL[DT[np.dtype(dtype)]]
-        flat = x.view(ut).reshape(-1)
-        at = rng.choice(flat.size, size=min(flat.size, 3 * len(bits)), replace=False)
-        flat[at] = np.resize(np.array(bits, dtype=ut), at.size)
+        pgtest.spread_bits(rng, x, SPECIAL[DT[np.dtype(dtype)]][1])
     return x
 
 
 def _tiled_arg(monkeypatch, fn):
     """The ``tiled`` argument of every kernel call ``fn`` makes (the dispatcher's last positional argument)."""
-    seen = []
-    orig = _tf_max_pool.max_pool
-
-    def spy(*args, **kwargs):
-        seen.append(args[-1])
-        return orig(*args, **kwargs)
-
-    with monkeypatch.context() as m:
-        m.setattr(_tf_max_pool, "max_pool", spy)
-        fn()
-    return seen
+    return pgtest.last_args_of_calls(monkeypatch, _tf_max_pool, "max_pool", fn)
 
 
 def _old_paths(monkeypatch, fn):
     """``fn()`` on the paths the tiled path replaces: the planes path (where the planes are small) and the plane
     path."""
-    out = []
-    for patches in ((("TILED", False),), (("TILED", False), ("PLANES", False))):
-        with monkeypatch.context() as m:
-            for name, value in patches:
-                m.setattr(tf_max_pool, name, value)
-            out.append(fn())
-    return out
+    return pgtest.results_with_switches(monkeypatch, tf_max_pool, [{"TILED": False}, {"TILED": False, "PLANES": False}],
+                                        fn)
 
 
 def _assert_ref(got, x, k, s, pad):
