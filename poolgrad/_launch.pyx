@@ -567,16 +567,12 @@ cdef class Launch:
         cdef KernelRecord rec = KernelRecord()
         cdef int k
         cdef bint checks = False
+        if _overlapping(srcs):
+            srcs = [_stand_in(a) for a in srcs]
+            args = self._args(srcs, sset)
         self.fn(*args, record=rec)
         if not rec.filled:
             return False
-        if _overlapping(srcs):
-            stand = [_stand_in(a) for a in srcs]
-            rec = KernelRecord()
-            self.fn(*self._args(stand, sset), record=rec)
-            if not rec.filled:
-                return False
-            srcs = stand
         # a record whose runs are checked afterwards (flags, a False result) must carry that check itself
         for k in range(rec.call.ntemp):
             checks = checks or rec.call.temp_kind[k] != TEMP_SCRATCH
